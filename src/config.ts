@@ -1,0 +1,173 @@
+import { Type, type Static } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+const integer = (description: string, fallback: string) =>
+  Type.String({ pattern: '^[0-9]+$', default: fallback, description })
+const boolean = (description: string, fallback: 'true' | 'false') =>
+  Type.Union([Type.Literal('true'), Type.Literal('false'), Type.Literal('1'), Type.Literal('0')], {
+    default: fallback,
+    description
+  })
+
+/**
+ * Every environment variable agentd reads, with its default and the form it must have.
+ * `.env.example` lists the same variables; a test keeps the two in step.
+ */
+export const EnvSchema = Type.Object({
+  HOST: Type.String({ minLength: 1, default: '127.0.0.1', description: 'an address or host name to listen on' }),
+  PORT: integer('an integer from 0 to 65535', '3000'),
+  LOG_LEVEL: Type.Union(
+    ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((level) => Type.Literal(level)),
+    { default: 'info', description: 'one of fatal, error, warn, info, debug, trace, silent' }
+  ),
+  AGENTD_DB: Type.String({ minLength: 1, default: './data/agentd.db', description: 'a SQLite file path, or :memory:' }),
+  DATABASE_URL: Type.Optional(
+    Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// connection URL' })
+  ),
+  OPENAI_API_KEY: Type.Optional(Type.String({ description: 'the model provider API key' })),
+  OPENAI_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s):// base URL of an OpenAI-compatible API' })),
+  AGENTD_MODEL: Type.String({ minLength: 1, default: 'gpt-4o-mini', description: 'a model name' }),
+  AGENTD_API_KEYS: Type.Optional(
+    Type.String({
+      pattern: '^[A-Za-z0-9._-]+:[^,:\\s]{16,}(,[A-Za-z0-9._-]+:[^,:\\s]{16,})*$',
+      description: 'a comma list of tenant:key pairs; tenant is [A-Za-z0-9._-]+, key is 16+ characters without , : or spaces'
+    })
+  ),
+  AGENTD_WORKSPACES: Type.String({ minLength: 1, default: './data/workspaces', description: 'a folder path' }),
+  AGENTD_MAX_STEPS: integer('an integer from 1 to 1000', '25'),
+  AGENTD_TOOL_TIMEOUT_MS: integer('an integer of milliseconds from 100 to 3600000', '60000'),
+  AGENTD_MODEL_TIMEOUT_MS: integer('an integer of milliseconds from 100 to 3600000', '120000'),
+  AGENTD_MODEL_MAX_RETRIES: integer('an integer from 0 to 10', '3'),
+  AGENTD_BODY_LIMIT: integer('an integer of bytes from 1024 to 104857600', '1048576'),
+  AGENTD_SHUTDOWN_GRACE_MS: integer('an integer of milliseconds from 0 to 3600000', '10000'),
+  AGENTD_BASH_ENABLED: boolean('true or false', 'false'),
+  AGENTD_WEBHOOK_HOSTS: Type.String({
+    default: '',
+    pattern: '^[A-Za-z0-9.:\\[\\]-]*(,[A-Za-z0-9.:\\[\\]-]+)*$',
+    description: 'a comma list of host or host:port values webhook tools may call'
+  }),
+  AGENTD_FETCH_ALLOW_HOSTS: Type.String({
+    default: '',
+    pattern: '^[A-Za-z0-9.:\\[\\]-]*(,[A-Za-z0-9.:\\[\\]-]+)*$',
+    description: 'a comma list of private or loopback hosts http_fetch may reach anyway'
+  })
+})
+export type Env = Static<typeof EnvSchema>
+
+export interface Config {
+  host: string
+  port: number
+  logLevel: string
+  db: string
+  databaseUrl: string | undefined
+  openai: { apiKey: string | undefined; baseURL: string | undefined }
+  /** True when no provider is configured and the built-in dev model answers. */
+  useDevModel: boolean
+  defaultModel: string
+  /** Tenant name by API key; empty when auth is off. */
+  apiKeys: ReadonlyMap<string, string>
+  workspaces: string
+  maxSteps: number
+  toolTimeoutMs: number
+  modelTimeoutMs: number
+  modelMaxRetries: number
+  bodyLimit: number
+  shutdownGraceMs: number
+  bashEnabled: boolean
+  webhookHosts: readonly string[]
+  fetchAllowHosts: readonly string[]
+}
+
+/** One bad variable: what it is called, what was wrong, what form it must take. */
+export class ConfigError extends Error {
+  readonly problems: string[]
+  constructor(problems: string[]) {
+    super(problems.join('\n'))
+    this.name = 'ConfigError'
+    this.problems = problems
+  }
+}
+
+const ranges: Partial<Record<keyof Env, [number, number]>> = {
+  PORT: [0, 65535],
+  AGENTD_MAX_STEPS: [1, 1000],
+  AGENTD_TOOL_TIMEOUT_MS: [100, 3_600_000],
+  AGENTD_MODEL_TIMEOUT_MS: [100, 3_600_000],
+  AGENTD_MODEL_MAX_RETRIES: [0, 10],
+  AGENTD_BODY_LIMIT: [1024, 104_857_600],
+  AGENTD_SHUTDOWN_GRACE_MS: [0, 3_600_000]
+}
+
+const LOOPBACK = /^(localhost|127(\.\d{1,3}){3}|::1|\[::1\])$/i
+
+function describe(name: string, value: unknown, expected: string): string {
+  const shown = name === 'AGENTD_API_KEYS' || name === 'OPENAI_API_KEY' ? '(value hidden)' : JSON.stringify(value)
+  return `${name}=${shown} is invalid: expected ${expected}`
+}
+
+const list = (text: string): string[] => text.split(',').map((item) => item.trim()).filter(Boolean)
+
+/** Reads and validates the environment; throws ConfigError listing every problem at once. */
+export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Config> {
+  const known = Object.keys(EnvSchema.properties) as Array<keyof Env>
+  const raw: Record<string, string> = {}
+  for (const name of known) {
+    const value = source[name]
+    if (value !== undefined && value !== '') raw[name] = value
+  }
+  const env = Value.Default(EnvSchema, raw) as Env
+
+  const problems = new Map<string, string>()
+  for (const error of Value.Errors(EnvSchema, env)) {
+    const name = error.path.slice(1)
+    if (problems.has(name)) continue
+    const schema = EnvSchema.properties[name as keyof Env]
+    problems.set(name, describe(name, error.value, schema?.description ?? error.message))
+  }
+  for (const [name, [min, max]] of Object.entries(ranges) as Array<[keyof Env, [number, number]]>) {
+    if (problems.has(name)) continue
+    const value = Number(env[name])
+    if (!(value >= min && value <= max)) problems.set(name, describe(name, env[name], EnvSchema.properties[name].description ?? ''))
+  }
+
+  const apiKeys = new Map<string, string>()
+  if (env.AGENTD_API_KEYS && !problems.has('AGENTD_API_KEYS')) {
+    for (const pair of env.AGENTD_API_KEYS.split(',')) {
+      const [tenant, key] = pair.split(':') as [string, string]
+      if (apiKeys.has(key)) {
+        problems.set('AGENTD_API_KEYS', 'AGENTD_API_KEYS=(value hidden) is invalid: the same key is given twice')
+      }
+      apiKeys.set(key, tenant)
+    }
+  }
+  if (apiKeys.size === 0 && !problems.has('HOST') && !problems.has('AGENTD_API_KEYS') && !LOOPBACK.test(env.HOST)) {
+    problems.set(
+      'HOST',
+      `HOST=${JSON.stringify(env.HOST)} is invalid: without AGENTD_API_KEYS agentd listens only on a loopback address (127.0.0.1, ::1, localhost); set AGENTD_API_KEYS to listen on ${env.HOST}`
+    )
+  }
+  if (problems.size > 0) throw new ConfigError([...problems.values()])
+
+  const flag = (value: string) => value === 'true' || value === '1'
+  return Object.freeze({
+    host: env.HOST,
+    port: Number(env.PORT),
+    logLevel: env.LOG_LEVEL,
+    db: env.AGENTD_DB,
+    databaseUrl: env.DATABASE_URL,
+    openai: { apiKey: env.OPENAI_API_KEY, baseURL: env.OPENAI_BASE_URL },
+    useDevModel: !env.OPENAI_API_KEY && !env.OPENAI_BASE_URL,
+    defaultModel: env.AGENTD_MODEL,
+    apiKeys,
+    workspaces: env.AGENTD_WORKSPACES,
+    maxSteps: Number(env.AGENTD_MAX_STEPS),
+    toolTimeoutMs: Number(env.AGENTD_TOOL_TIMEOUT_MS),
+    modelTimeoutMs: Number(env.AGENTD_MODEL_TIMEOUT_MS),
+    modelMaxRetries: Number(env.AGENTD_MODEL_MAX_RETRIES),
+    bodyLimit: Number(env.AGENTD_BODY_LIMIT),
+    shutdownGraceMs: Number(env.AGENTD_SHUTDOWN_GRACE_MS),
+    bashEnabled: flag(env.AGENTD_BASH_ENABLED),
+    webhookHosts: list(env.AGENTD_WEBHOOK_HOSTS),
+    fetchAllowHosts: list(env.AGENTD_FETCH_ALLOW_HOSTS)
+  })
+}

@@ -1,0 +1,122 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import type { ErrorEnvelope } from '../schemas/common.ts'
+
+/**
+ * The catalogue of HTTP error codes (SPEC 5.2): each code's status, default message and
+ * whether retrying the same request later can succeed. Callers throw `apiError(code)`;
+ * clients branch on `code`, never on the message.
+ */
+export const API_ERRORS = {
+  VALIDATION_ERROR: { status: 400, retryable: false, message: 'The request does not match the schema' },
+  INVALID_JSON: { status: 400, retryable: false, message: 'The request body is not valid JSON' },
+  UNAUTHORIZED: { status: 401, retryable: false, message: 'A valid API key is required (Authorization: Bearer <key>)' },
+  SESSION_NOT_FOUND: { status: 404, retryable: false, message: 'No such session' },
+  RUN_NOT_FOUND: { status: 404, retryable: false, message: 'No such run in this session' },
+  ROUTE_NOT_FOUND: { status: 404, retryable: false, message: 'No such route' },
+  SESSION_BUSY: { status: 409, retryable: true, message: 'The session has an active run' },
+  NOT_AWAITING: { status: 409, retryable: false, message: 'That call is not waiting for this decision or result' },
+  NO_ACTIVE_RUN: { status: 409, retryable: false, message: 'The session has no active run' },
+  IDEMPOTENCY_IN_PROGRESS: { status: 409, retryable: true, message: 'A request with this Idempotency-Key is still being processed' },
+  PAYLOAD_TOO_LARGE: { status: 413, retryable: false, message: 'The request body is too large' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, retryable: false, message: 'Send the body as application/json' },
+  IDEMPOTENCY_KEY_REUSED: { status: 422, retryable: false, message: 'This Idempotency-Key was used with a different request' },
+  LIMIT_EXCEEDED: { status: 429, retryable: true, message: 'A limit of this tenant was reached' },
+  RATE_LIMITED: { status: 429, retryable: true, message: 'Too many requests' },
+  INTERNAL: { status: 500, retryable: true, message: 'Internal error' },
+  UNAVAILABLE: { status: 503, retryable: true, message: 'The service is unavailable' }
+} as const satisfies Record<string, { status: number; retryable: boolean; message: string }>
+
+export type ApiErrorCode = keyof typeof API_ERRORS
+
+/** An error that becomes the envelope of its catalogue entry. */
+export class ApiError extends Error {
+  readonly code: ApiErrorCode
+  readonly statusCode: number
+  readonly details: Record<string, unknown> | undefined
+  readonly headers: Record<string, string>
+
+  constructor(code: ApiErrorCode, message?: string, details?: Record<string, unknown>, headers: Record<string, string> = {}) {
+    super(message ?? API_ERRORS[code].message)
+    this.name = 'ApiError'
+    this.code = code
+    this.statusCode = API_ERRORS[code].status
+    this.details = details
+    this.headers = headers
+  }
+}
+
+/** Shorthand for `new ApiError(...)`. */
+export const apiError = (code: ApiErrorCode, message?: string, details?: Record<string, unknown>) =>
+  new ApiError(code, message, details)
+
+/** Builds the SPEC 5.2 envelope. */
+export function envelope(code: ApiErrorCode, message: string, requestId: string, details?: Record<string, unknown>): ErrorEnvelope {
+  const body: ErrorEnvelope = {
+    error: { code, message, retryable: API_ERRORS[code].retryable, requestId, timestamp: new Date().toISOString() }
+  }
+  if (details) body.error.details = details
+  return body
+}
+
+/** Fastify's own error codes, by what they mean to a client. */
+const FASTIFY_CODES: Record<string, ApiErrorCode> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'UNSUPPORTED_MEDIA_TYPE',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'VALIDATION_ERROR',
+  FST_ERR_CTP_BODY_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'INVALID_JSON',
+  FST_ERR_CTP_INVALID_JSON_BODY: 'INVALID_JSON',
+  FST_ERR_CTP_EMPTY_TYPE: 'UNSUPPORTED_MEDIA_TYPE',
+  FST_ERR_CTP_INVALID_TYPE: 'UNSUPPORTED_MEDIA_TYPE',
+  FST_ERR_VALIDATION: 'VALIDATION_ERROR'
+}
+
+function toApiError(err: FastifyError): ApiError {
+  if (err instanceof ApiError) return err
+  if (err.validation) {
+    const fields = err.validation.map((issue) => {
+      const missing = issue.keyword === 'required' ? `/${String((issue.params as { missingProperty?: string }).missingProperty)}` : ''
+      const path = `${err.validationContext ?? 'body'}${issue.instancePath}${missing}`.replace(/\//g, '.')
+      return { field: path, message: issue.message ?? 'is invalid', keyword: issue.keyword }
+    })
+    return new ApiError('VALIDATION_ERROR', `Invalid request: ${fields.map((f) => `${f.field} ${f.message}`).join('; ')}`, { fields })
+  }
+  // The store was closed under a request (shutdown) or cannot be reached: retry elsewhere or later.
+  if (err.code === 'STORE_CLOSED') return new ApiError('UNAVAILABLE', 'The store is unavailable')
+  const mapped = err.code ? FASTIFY_CODES[err.code] : undefined
+  if (mapped) return new ApiError(mapped, mapped === 'VALIDATION_ERROR' ? err.message : undefined)
+  // secure-json-parse and JSON.parse report bad bodies (and __proto__ poisoning) as SyntaxError.
+  if (err instanceof SyntaxError && err.statusCode === 400) return new ApiError('INVALID_JSON', `The request body is not valid JSON: ${err.message}`)
+  if (err.statusCode === 429) return new ApiError('RATE_LIMITED', err.message)
+  if (err.statusCode === 503) return new ApiError('UNAVAILABLE', err.message)
+  if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
+    return new ApiError(err.statusCode === 413 ? 'PAYLOAD_TOO_LARGE' : err.statusCode === 415 ? 'UNSUPPORTED_MEDIA_TYPE' : 'VALIDATION_ERROR', err.message)
+  }
+  return new ApiError('INTERNAL')
+}
+
+/** Sends the envelope; used by the error handler and by code that answers outside it (SSE, hooks). */
+export function sendApiError(reply: FastifyReply, error: ApiError): FastifyReply {
+  for (const [name, value] of Object.entries(error.headers)) reply.header(name, value)
+  return reply
+    .status(error.statusCode)
+    .type('application/json; charset=utf-8')
+    .send(envelope(error.code, error.message, reply.request.id, error.details))
+}
+
+/** Turns every error and unknown route into the SPEC 5.2 envelope. */
+export const errorEnvelopePlugin = fp(
+  async (app: FastifyInstance) => {
+    app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      const error = toApiError(err)
+      if (error.statusCode >= 500 && error.code === 'INTERNAL') request.log.error({ err }, 'unhandled error')
+      else request.log.info({ code: error.code, statusCode: error.statusCode, message: error.message }, 'request failed')
+      // Rate limiting and others set their own headers (Retry-After) before throwing.
+      return sendApiError(reply, error)
+    })
+    app.setNotFoundHandler((request, reply) =>
+      sendApiError(reply, new ApiError('ROUTE_NOT_FOUND', `No route ${request.method} ${request.url.split('?')[0]}`))
+    )
+  },
+  { name: 'agentd-error-envelope' }
+)

@@ -1,0 +1,42 @@
+import { Type } from '@sinclair/typebox'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { ApiError, sendApiError } from '../http/errors.ts'
+import { errorResponses } from '../schemas/common.ts'
+
+const ReadySchema = Type.Object({
+  status: Type.Literal('ready'),
+  store: Type.String({ description: 'sqlite or postgres' }),
+  model: Type.String({ description: "'openai' for a configured provider, 'dev' for the built-in dev model" })
+})
+
+/** GET /healthz (the process answers) and GET /readyz (it can serve: store reachable, a model provider). */
+export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.get('/healthz', {
+    schema: {
+      tags: ['health'],
+      summary: 'Liveness: the process is up and its event loop answers',
+      response: { 200: Type.Object({ status: Type.Literal('ok') }) }
+    }
+  }, async () => ({ status: 'ok' as const }))
+
+  app.get('/readyz', {
+    schema: {
+      tags: ['health'],
+      summary: 'Readiness: the store answers and a model provider (or the dev model) is set up',
+      response: { 200: ReadySchema, ...errorResponses(503) }
+    }
+  }, async (request, reply) => {
+    const { store, model, state } = app.agentd
+    if (state.draining) return sendApiError(reply, new ApiError('UNAVAILABLE', 'The service is shutting down'))
+    try {
+      await store.ping()
+    } catch (err) {
+      request.log.warn({ err }, 'readiness: store unreachable')
+      return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store is unreachable', { store: (err as Error).message }))
+    }
+    if (state.storeFailure) {
+      return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store failed a write', { store: state.storeFailure }))
+    }
+    return { status: 'ready' as const, store: store.kind, model: model.kind }
+  })
+}

@@ -1,0 +1,132 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { apiError } from '../http/errors.ts'
+import { newId } from '../ids.ts'
+import { emptyUsage, errorResponses, ref } from '../schemas/common.ts'
+import {
+  CreateSessionBodySchema, ListSessionsQuerySchema, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
+} from '../schemas/sessions.ts'
+import type { SessionRecord } from '../store/store.ts'
+
+/** The public view of a stored session. */
+export function toSessionView(record: SessionRecord, defaultTools: string[]): Session {
+  return {
+    id: record.id,
+    createdAt: record.createdAt,
+    updatedAt: record.updatedAt,
+    status: record.status,
+    model: record.model,
+    instructions: record.instructions,
+    tools: (record.tools ?? defaultTools) as Session['tools'],
+    approval: record.approval,
+    limits: record.limits,
+    metadata: record.metadata,
+    lastSeq: record.lastSeq,
+    usage: record.usage,
+    forkedFrom: record.forkedFrom
+  }
+}
+
+const encodeCursor = (id: string) => Buffer.from(id, 'utf8').toString('base64url')
+function decodeCursor(cursor: string): string {
+  const id = Buffer.from(cursor, 'base64url').toString('utf8')
+  if (!/^ses_[0-9A-Z]{26}$/.test(id) || encodeCursor(id) !== cursor) {
+    throw apiError('VALIDATION_ERROR', 'cursor is not a nextCursor this API returned', {
+      fields: [{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }]
+    })
+  }
+  return id
+}
+
+/** /v1/sessions: create, list, read and delete sessions. */
+export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { store, config } = app.agentd
+
+  app.post('/v1/sessions', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Create a session',
+      body: CreateSessionBodySchema,
+      response: { 201: ref(SessionSchema), ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503) }
+    }
+  }, async (request, reply) => {
+    const body = request.body
+    const limits = body.limits ?? {}
+    const over = (
+      [['maxSteps', config.maxSteps], ['toolTimeoutMs', config.toolTimeoutMs]] as const
+    ).filter(([name, max]) => (limits[name] ?? 0) > max)
+    if (over.length > 0) {
+      throw apiError('VALIDATION_ERROR', 'limits may only lower the server limits', {
+        fields: over.map(([name, max]) => ({ field: `body.limits.${name}`, message: `must be <= ${max}`, keyword: 'maximum' }))
+      })
+    }
+    const tools = await app.agentd.tools.validateSelection(body.tools)
+    const now = new Date().toISOString()
+    const record: SessionRecord = {
+      id: newId('ses'),
+      tenant: request.tenant,
+      createdAt: now,
+      updatedAt: now,
+      status: 'idle',
+      model: body.model ?? config.defaultModel,
+      instructions: body.instructions ?? null,
+      tools,
+      approval: body.approval ?? { mode: 'auto' },
+      limits,
+      metadata: body.metadata ?? {},
+      lastSeq: 0,
+      usage: emptyUsage(),
+      forkedFrom: null
+    }
+    await store.createSession(record)
+    request.log.info({ sessionId: record.id }, 'session created')
+    return reply.status(201).send(toSessionView(record, app.agentd.tools.defaultNames))
+  })
+
+  app.get('/v1/sessions', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'List sessions, newest first',
+      querystring: ListSessionsQuerySchema,
+      response: { 200: SessionPageSchema, ...errorResponses(400, 401, 429, 500, 503) }
+    }
+  }, async (request) => {
+    const { limit, cursor } = request.query
+    const before = cursor === undefined ? undefined : decodeCursor(cursor)
+    const page = await store.listSessions(request.tenant, before === undefined ? { limit: limit + 1 } : { limit: limit + 1, before })
+    const data = page.slice(0, limit)
+    const last = data.at(-1)
+    return {
+      data: data.map((s) => toSessionView(s, app.agentd.tools.defaultNames)),
+      nextCursor: page.length > limit && last ? encodeCursor(last.id) : null
+    }
+  })
+
+  app.get('/v1/sessions/:id', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Get a session',
+      params: SessionParamsSchema,
+      response: { 200: ref(SessionSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
+    }
+  }, async (request) => {
+    const session = await store.getSession(request.tenant, request.params.id)
+    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    return toSessionView(session, app.agentd.tools.defaultNames)
+  })
+
+  app.delete('/v1/sessions/:id', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Delete a session, cancelling its active run first',
+      params: SessionParamsSchema,
+      response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 404, 429, 500, 503) }
+    }
+  }, async (request, reply) => {
+    const { id } = request.params
+    const session = await store.getSession(request.tenant, id)
+    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
+    await app.agentd.onSessionDelete(id)
+    await store.deleteSession(request.tenant, id)
+    return reply.status(204).send()
+  })
+}

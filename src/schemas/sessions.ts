@@ -1,0 +1,89 @@
+import { Type, type Static } from '@sinclair/typebox'
+import { ID_PATTERN } from '../ids.ts'
+import { ref, UsageSchema } from './common.ts'
+import { ClientToolSpecSchema, WebhookToolSpecSchema } from './tools.ts'
+
+export const SessionStatusSchema = Type.Union(
+  ['idle', 'running', 'awaiting_approval', 'awaiting_tool_result'].map((s) => Type.Literal(s))
+)
+
+export const ApprovalSchema = Type.Object(
+  {
+    mode: Type.Union([Type.Literal('auto'), Type.Literal('always'), Type.Literal('tools')], {
+      description: "auto: no approvals; always: every call waits; tools: the calls to the named tools wait"
+    }),
+    tools: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 128 }))
+  },
+  { additionalProperties: false }
+)
+
+export const LimitsSchema = Type.Object(
+  {
+    maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: 'model calls per run, at most the server limit' })),
+    toolTimeoutMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000, description: 'at most the server limit' })),
+    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000_000, description: 'total tokens per run' }))
+  },
+  { additionalProperties: false }
+)
+
+export const ToolSelectionSchema = Type.Array(
+  Type.Union([Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }), ref(WebhookToolSpecSchema), ref(ClientToolSpecSchema)]),
+  { maxItems: 64, description: 'built-in tool names and client-brought ToolSpecs; omitted = the fs_* built-ins, [] = none' }
+)
+
+export const MetadataSchema = Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 1024 }), {
+  maxProperties: 64
+})
+
+export const CreateSessionBodySchema = Type.Object(
+  {
+    model: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    instructions: Type.Optional(Type.String({ maxLength: 100_000 })),
+    tools: Type.Optional(ToolSelectionSchema),
+    approval: Type.Optional(ApprovalSchema),
+    limits: Type.Optional(LimitsSchema),
+    metadata: Type.Optional(MetadataSchema)
+  },
+  { additionalProperties: false }
+)
+export type CreateSessionBody = Static<typeof CreateSessionBodySchema>
+
+export const SessionSchema = Type.Object(
+  {
+    id: Type.String({ pattern: ID_PATTERN.session }),
+    createdAt: Type.String({ format: 'date-time' }),
+    updatedAt: Type.String({ format: 'date-time' }),
+    status: SessionStatusSchema,
+    model: Type.String(),
+    instructions: Type.Union([Type.String(), Type.Null()]),
+    tools: ToolSelectionSchema,
+    approval: ApprovalSchema,
+    limits: LimitsSchema,
+    metadata: MetadataSchema,
+    lastSeq: Type.Integer({ minimum: 0, description: 'seq of the newest event' }),
+    usage: ref(UsageSchema),
+    forkedFrom: Type.Union([
+      Type.Object({ sessionId: Type.String(), atSeq: Type.Integer({ minimum: 0 }) }),
+      Type.Null()
+    ])
+  },
+  { $id: 'Session' }
+)
+export type Session = Static<typeof SessionSchema>
+
+export const SessionParamsSchema = Type.Object({
+  id: Type.String({ minLength: 1, maxLength: 64, description: 'a session ID (ses_…)' })
+})
+
+export const ListSessionsQuerySchema = Type.Object(
+  {
+    limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+    cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' }))
+  },
+  { additionalProperties: false }
+)
+
+export const SessionPageSchema = Type.Object({
+  data: Type.Array(ref(SessionSchema)),
+  nextCursor: Type.Union([Type.String(), Type.Null()])
+})

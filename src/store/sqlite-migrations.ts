@@ -1,0 +1,101 @@
+/**
+ * Versioned schema of the SQLite store. Append new versions; never edit an applied one.
+ * JSON values are stored as TEXT; times as ISO-8601 strings (they sort as text).
+ */
+export const sqliteMigrations: Array<{ version: number; name: string; sql: string }> = [
+  {
+    version: 1,
+    name: 'initial schema',
+    sql: `
+      CREATE TABLE sessions (
+        id           TEXT PRIMARY KEY,
+        tenant       TEXT NOT NULL,
+        created_at   TEXT NOT NULL,
+        updated_at   TEXT NOT NULL,
+        status       TEXT NOT NULL,
+        model        TEXT NOT NULL,
+        instructions TEXT,
+        tools        TEXT,
+        approval     TEXT NOT NULL,
+        limits       TEXT NOT NULL,
+        metadata     TEXT NOT NULL,
+        last_seq     INTEGER NOT NULL DEFAULT 0,
+        input_tokens  INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        total_tokens  INTEGER NOT NULL DEFAULT 0,
+        forked_from  TEXT
+      );
+      CREATE INDEX sessions_tenant_id ON sessions (tenant, id);
+
+      CREATE TABLE messages (
+        pos          INTEGER PRIMARY KEY AUTOINCREMENT,
+        id           TEXT NOT NULL UNIQUE,
+        session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id       TEXT,
+        role         TEXT NOT NULL,
+        content      TEXT,
+        tool_calls   TEXT,
+        tool_call_id TEXT,
+        created_at   TEXT NOT NULL
+      );
+      CREATE INDEX messages_session ON messages (session_id, pos);
+
+      CREATE TABLE runs (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        status      TEXT NOT NULL,
+        request_id  TEXT NOT NULL,
+        steps       INTEGER NOT NULL DEFAULT 0,
+        usage       TEXT NOT NULL,
+        error       TEXT,
+        message_id  TEXT NOT NULL,
+        created_at  TEXT NOT NULL,
+        started_at  TEXT,
+        ended_at    TEXT
+      );
+      CREATE INDEX runs_session ON runs (session_id, id);
+      CREATE INDEX runs_unfinished ON runs (status) WHERE status NOT IN ('completed', 'failed', 'cancelled');
+
+      CREATE TABLE tool_calls (
+        id          TEXT NOT NULL,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id      TEXT NOT NULL,
+        step        INTEGER NOT NULL,
+        name        TEXT NOT NULL,
+        input       TEXT,
+        state       TEXT NOT NULL,
+        started_at  TEXT NOT NULL,
+        ended_at    TEXT,
+        duration_ms INTEGER,
+        result      TEXT,
+        error       TEXT,
+        PRIMARY KEY (session_id, id)
+      );
+      CREATE INDEX tool_calls_run ON tool_calls (run_id);
+
+      CREATE TABLE events (
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq         INTEGER NOT NULL,
+        run_id      TEXT,
+        channel     TEXT NOT NULL,
+        type        TEXT NOT NULL,
+        at          TEXT NOT NULL,
+        request_id  TEXT,
+        data        TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+      ) WITHOUT ROWID;
+
+      CREATE TABLE idempotency (
+        tenant      TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        status      INTEGER,
+        body        TEXT,
+        created_at  TEXT NOT NULL,
+        PRIMARY KEY (tenant, key)
+      );
+      CREATE INDEX idempotency_created ON idempotency (created_at);
+    `
+  }
+]

@@ -1,0 +1,81 @@
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { ConfigError, EnvSchema, loadConfig } from '../../src/config.ts'
+
+const serverPath = new URL('../../src/server.ts', import.meta.url).pathname
+
+/** Starts the real server with the given environment and collects what it prints until it exits. */
+function startServer(env: Record<string, string>): Promise<{ code: number | null; stderr: string; stdout: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [serverPath], {
+      env: { PATH: process.env.PATH ?? '', AGENTD_DB: ':memory:', ...env },
+      stdio: ['ignore', 'pipe', 'pipe']
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+    child.on('exit', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stderr, stdout })
+    })
+  })
+}
+
+t.test('bad values stop start-up with one clear line per problem and exit code 1', async (t) => {
+  const { code, stderr, stdout } = await startServer({
+    PORT: 'abc',
+    AGENTD_API_KEYS: 'no-colon-here',
+    AGENTD_MAX_STEPS: '0',
+    LOG_LEVEL: 'loud'
+  })
+  t.equal(code, 1)
+  const lines = stderr.trim().split('\n')
+  t.equal(lines.length, 4, 'one line per bad variable')
+  t.match(stderr, /PORT="abc" is invalid: expected an integer from 0 to 65535/)
+  t.match(stderr, /AGENTD_API_KEYS=\(value hidden\) is invalid: expected a comma list of tenant:key pairs/)
+  t.match(stderr, /AGENTD_MAX_STEPS="0" is invalid/)
+  t.match(stderr, /LOG_LEVEL="loud" is invalid: expected one of fatal/)
+  t.notMatch(stderr, /\n\s+at /, 'no stack trace')
+  t.equal(stdout, '')
+})
+
+t.test('a non-loopback HOST without API keys is refused', async (t) => {
+  const { code, stderr } = await startServer({ HOST: '0.0.0.0' })
+  t.equal(code, 1)
+  t.match(stderr, /HOST="0.0.0.0" is invalid: without AGENTD_API_KEYS agentd listens only on a loopback address/)
+})
+
+t.test('a non-loopback HOST with API keys is accepted', async (t) => {
+  const config = loadConfig({ HOST: '0.0.0.0', AGENTD_API_KEYS: 'acme:0123456789abcdef,beta:fedcba9876543210' })
+  t.equal(config.host, '0.0.0.0')
+  t.same([...config.apiKeys], [['0123456789abcdef', 'acme'], ['fedcba9876543210', 'beta']])
+})
+
+t.test('defaults follow the SPEC', async (t) => {
+  const config = loadConfig({})
+  t.match(config, {
+    host: '127.0.0.1', port: 3000, logLevel: 'info', db: './data/agentd.db', defaultModel: 'gpt-4o-mini',
+    workspaces: './data/workspaces', maxSteps: 25, toolTimeoutMs: 60000, useDevModel: true
+  })
+  t.ok(Object.isFrozen(config))
+  t.equal(loadConfig({ OPENAI_API_KEY: 'sk-x' }).useDevModel, false)
+})
+
+t.test('ConfigError carries every problem', async (t) => {
+  try {
+    loadConfig({ PORT: '70000', AGENTD_TOOL_TIMEOUT_MS: 'soon' })
+    t.fail('should have thrown')
+  } catch (err) {
+    t.ok(err instanceof ConfigError)
+    t.equal((err as ConfigError).problems.length, 2)
+  }
+})
+
+t.test('.env.example lists every variable the schema reads', async (t) => {
+  const example = readFileSync(new URL('../../.env.example', import.meta.url), 'utf8')
+  const listed = new Set([...example.matchAll(/^#?\s*([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]))
+  t.same([...listed].sort(), Object.keys(EnvSchema.properties).sort())
+})

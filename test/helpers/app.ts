@@ -1,0 +1,61 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { FastifyInstance } from 'fastify'
+import { buildApp } from '../../src/app.ts'
+import { loadConfig } from '../../src/config.ts'
+import { startDevModel, type DevModel } from '../../src/model/dev-model.ts'
+import { createOpenAIProvider } from '../../src/model/provider.ts'
+import type { Store } from '../../src/store/store.ts'
+
+import type { Test } from 'tap'
+import type { BuiltPlugins } from '@tapjs/test'
+
+/** The type of a tap subtest's `t`. */
+export type TapTest = Test & BuiltPlugins
+type Tap = { teardown(fn: () => unknown): void }
+
+export interface TestApp {
+  app: FastifyInstance
+  devModel: DevModel
+  /** A temporary folder removed after the test. */
+  dir: string
+}
+
+/** A temporary folder that the test removes when it ends. */
+export function tempDir(t: Tap, prefix = 'agentd-test-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+/**
+ * The whole service on an in-memory (or given) store, talking to a real dev model over HTTP.
+ * Everything is closed when the test ends.
+ */
+export async function buildTestApp(
+  t: Tap,
+  options: { env?: Record<string, string>; store?: Store; devModel?: DevModel; logLines?: string[] } = {}
+): Promise<TestApp> {
+  const dir = tempDir(t)
+  const devModel = options.devModel ?? (await startDevModel({ host: '127.0.0.1', port: 0 }))
+  if (!options.devModel) t.teardown(() => devModel.close())
+  const config = loadConfig({
+    AGENTD_DB: ':memory:',
+    AGENTD_WORKSPACES: join(dir, 'workspaces'),
+    OPENAI_BASE_URL: devModel.url,
+    OPENAI_API_KEY: 'test-key',
+    LOG_LEVEL: 'silent',
+    ...options.env
+  })
+  const model = createOpenAIProvider({ kind: 'dev', apiKey: 'test-key', baseURL: devModel.url, bodyTimeoutMs: 5000, headersTimeoutMs: 5000 })
+  const logger = options.logLines
+    ? { level: 'info', stream: { write: (line: string) => options.logLines?.push(line) } }
+    : false
+  const app = await buildApp({ config, model, logger, ...(options.store ? { store: options.store } : {}) })
+  t.teardown(async () => {
+    await app.close()
+    await model.close()
+  })
+  return { app, devModel, dir }
+}

@@ -1,0 +1,89 @@
+import t from 'tap'
+import { API_ERRORS } from '../../src/http/errors.ts'
+import { buildTestApp, type TapTest } from '../helpers/app.ts'
+
+const ENVELOPE_KEYS = ['code', 'message', 'requestId', 'retryable', 'timestamp']
+
+function assertEnvelope(t: TapTest, res: { statusCode: number; json(): any; headers: Record<string, unknown> }, status: number, code: string) {
+  t.equal(res.statusCode, status, `status ${status}`)
+  const body = res.json()
+  t.same(Object.keys(body), ['error'], 'only the error key')
+  t.equal(body.error.code, code)
+  for (const key of ENVELOPE_KEYS) t.ok(key in body.error, `has ${key}`)
+  t.equal(body.error.requestId, res.headers['x-request-id'])
+  t.ok(!Number.isNaN(Date.parse(body.error.timestamp)), 'timestamp is a date')
+  t.notMatch(JSON.stringify(body), /at .*\.ts:\d+|node_modules|stack/i, 'no stack or internals')
+  return body.error
+}
+
+t.test('the catalogue gives every code one status and a message', async (t) => {
+  for (const [code, entry] of Object.entries(API_ERRORS)) {
+    t.ok(entry.status >= 400 && entry.status < 600, `${code} has an error status`)
+    t.ok(entry.message.length > 0, `${code} has a message`)
+  }
+})
+
+t.test('every kind of failure answers with the envelope', async (t) => {
+  const { app } = await buildTestApp(t, { env: { AGENTD_BODY_LIMIT: '2048' } })
+
+  t.test('validation errors list each failing field', async (t) => {
+    const res = await app.inject({
+      method: 'POST', url: '/v1/sessions',
+      payload: { model: 42, limits: { maxSteps: 0 }, unexpected: true }
+    })
+    const error = assertEnvelope(t, res, 400, 'VALIDATION_ERROR')
+    const fields = error.details.fields.map((f: { field: string }) => f.field)
+    t.ok(fields.includes('body.model'), 'names body.model')
+    t.ok(fields.includes('body.limits.maxSteps'), 'names body.limits.maxSteps')
+    t.ok(fields.some((f: string) => f === 'body'), 'names the unexpected property at body')
+    t.equal(error.retryable, false)
+  })
+
+  t.test('malformed JSON', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, payload: '{"model": ' })
+    assertEnvelope(t, res, 400, 'INVALID_JSON')
+  })
+
+  t.test('prototype pollution keys are refused as invalid JSON', async (t) => {
+    const res = await app.inject({
+      method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' },
+      payload: '{"metadata": {"__proto__": {"admin": "yes"}}}'
+    })
+    assertEnvelope(t, res, 400, 'INVALID_JSON')
+  })
+
+  t.test('an unsupported media type', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'text/plain' }, payload: 'hello' })
+    assertEnvelope(t, res, 415, 'UNSUPPORTED_MEDIA_TYPE')
+  })
+
+  t.test('a body over the limit', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { instructions: 'x'.repeat(4096) } })
+    assertEnvelope(t, res, 413, 'PAYLOAD_TOO_LARGE')
+  })
+
+  t.test('an unknown route', async (t) => {
+    const error = assertEnvelope(t, await app.inject({ method: 'PATCH', url: '/v1/nothing' }), 404, 'ROUTE_NOT_FOUND')
+    t.match(error.message, /PATCH \/v1\/nothing/)
+  })
+
+  t.test('an unknown session', async (t) => {
+    assertEnvelope(t, await app.inject({ method: 'GET', url: '/v1/sessions/ses_00000000000000000000000000' }), 404, 'SESSION_NOT_FOUND')
+  })
+})
+
+t.test('an unexpected exception is a 500 without internals, logged in full', async (t) => {
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { logLines })
+  app.agentd.store.getSession = async () => {
+    throw new Error('database exploded at /secret/path.db')
+  }
+  const res = await app.inject({ method: 'GET', url: '/v1/sessions/ses_00000000000000000000000000', headers: { 'x-request-id': 'boom-1' } })
+  const error = assertEnvelope(t, res, 500, 'INTERNAL')
+  t.equal(error.message, 'Internal error')
+  t.notMatch(res.body, /exploded|secret/)
+  const logged = logLines.map((line) => JSON.parse(line)).find((line) => line.err?.message?.includes('exploded'))
+  t.ok(logged, 'the error is logged')
+  t.equal(logged.reqId, 'boom-1', 'with the request ID')
+  t.match(logged.err.stack, /exploded/, 'with its stack')
+})

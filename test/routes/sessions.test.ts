@@ -1,0 +1,113 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import { buildTestApp, tempDir } from '../helpers/app.ts'
+
+t.test('creating a session', async (t) => {
+  const { app } = await buildTestApp(t, { env: { AGENTD_MODEL: 'test-model' } })
+
+  t.test('with no body fields gives the server defaults', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })
+    t.equal(res.statusCode, 201)
+    const session = res.json()
+    t.match(session.id, /^ses_[0-9A-Z]{26}$/)
+    t.equal(session.status, 'idle')
+    t.equal(session.model, 'test-model')
+    t.equal(session.instructions, null)
+    t.same(session.tools, ['fs_read', 'fs_write', 'fs_edit', 'fs_list', 'fs_glob', 'fs_grep'])
+    t.same(session.approval, { mode: 'auto' })
+    t.same(session.limits, {})
+    t.same(session.metadata, {})
+    t.equal(session.lastSeq, 0)
+    t.same(session.usage, { inputTokens: 0, outputTokens: 0, totalTokens: 0 })
+    t.equal(session.forkedFrom, null)
+    t.equal(session.createdAt, session.updatedAt)
+  })
+
+  t.test('keeps every field it was given', async (t) => {
+    const body = {
+      model: 'other', instructions: 'Be brief.', tools: [], approval: { mode: 'tools', tools: ['fs_write'] },
+      limits: { maxSteps: 5, toolTimeoutMs: 1000, maxTokens: 5000 }, metadata: { user: 'u1' }
+    }
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', payload: body })
+    t.equal(res.statusCode, 201)
+    t.match(res.json(), body)
+    t.same(res.json().tools, [])
+  })
+
+  t.test('refuses an unknown tool name with a 400 naming it', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['fs_read', 'rm_rf'] } })
+    t.equal(res.statusCode, 400)
+    t.equal(res.json().error.code, 'VALIDATION_ERROR')
+    t.match(res.json().error.message, /rm_rf/)
+  })
+
+  t.test('refuses limits above the server limits', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { limits: { maxSteps: 26 } } })
+    t.equal(res.statusCode, 400)
+    t.same(res.json().error.details.fields.map((f: { field: string }) => f.field), ['body.limits.maxSteps'])
+  })
+})
+
+t.test('reading and deleting a session', async (t) => {
+  const { app } = await buildTestApp(t)
+  const created = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { metadata: { a: 'b' } } })).json()
+
+  const got = await app.inject({ method: 'GET', url: `/v1/sessions/${created.id}` })
+  t.equal(got.statusCode, 200)
+  t.same(got.json(), created)
+
+  const deleted = await app.inject({ method: 'DELETE', url: `/v1/sessions/${created.id}` })
+  t.equal(deleted.statusCode, 204)
+  t.equal(deleted.body, '')
+
+  const again = await app.inject({ method: 'DELETE', url: `/v1/sessions/${created.id}` })
+  t.equal(again.statusCode, 404)
+  t.equal(again.json().error.code, 'SESSION_NOT_FOUND')
+  t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${created.id}` })).statusCode, 404)
+})
+
+t.test('listing sessions pages newest first with a cursor', async (t) => {
+  const { app } = await buildTestApp(t)
+  const ids: string[] = []
+  for (let i = 0; i < 7; i++) ids.push((await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json().id)
+  const newestFirst = [...ids].reverse()
+
+  const seen: string[] = []
+  let cursor: string | null = null
+  let pages = 0
+  do {
+    const url: string = `/v1/sessions?limit=3${cursor ? `&cursor=${cursor}` : ''}`
+    const res = await app.inject({ method: 'GET', url })
+    t.equal(res.statusCode, 200)
+    const page = res.json()
+    seen.push(...page.data.map((s: { id: string }) => s.id))
+    cursor = page.nextCursor
+    pages++
+  } while (cursor)
+  t.equal(pages, 3, '7 sessions in pages of 3')
+  t.same(seen, newestFirst, 'every session once, newest first')
+
+  const bad = await app.inject({ method: 'GET', url: '/v1/sessions?cursor=not-a-cursor' })
+  t.equal(bad.statusCode, 400)
+  t.equal(bad.json().error.code, 'VALIDATION_ERROR')
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions?limit=0' })).statusCode, 400)
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions?limit=101' })).statusCode, 400)
+})
+
+t.test('sessions survive a restart on the same SQLite file', async (t) => {
+  const db = join(tempDir(t), 'agentd.db')
+  const first = await buildTestApp(t, { env: { AGENTD_DB: db } })
+  const created = (await first.app.inject({ method: 'POST', url: '/v1/sessions', payload: { instructions: 'keep me' } })).json()
+  await first.app.close()
+
+  const second = await buildTestApp(t, { env: { AGENTD_DB: db } })
+  const got = await second.app.inject({ method: 'GET', url: `/v1/sessions/${created.id}` })
+  t.equal(got.statusCode, 200)
+  t.same(got.json(), created)
+
+  const store = new SqliteStore(db)
+  t.teardown(() => store.close())
+  await store.migrate()
+  t.equal(await store.countSessions('default'), 1, 'migrations run again without harm')
+})
