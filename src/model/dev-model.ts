@@ -22,7 +22,7 @@ export type DevModelStep =
       | { toolCalls: DevToolCall[]; text?: string }
       /** Fail with this status; `body` is sent verbatim, else an OpenAI-style `{error: {message, type, code}}`. */
       | { status: number; body?: object; headers?: Record<string, string> }
-      /** Never answer (until the client disconnects or close()); with `afterChunks`, send the headers and that many chunks first. */
+      /** Never answer (until the client disconnects or close()); a streaming request gets the headers and `afterChunks` chunks first. */
       | { hang: true; afterChunks?: number }
       /** Send this many SSE chunks of the answer, then destroy the socket. */
       | { cutAfterChunks: number; text?: string }
@@ -85,7 +85,7 @@ export async function startDevModel(opts: { port?: number; host?: string } = {})
       return sendJson(res, 200, { object: 'list', data: [{ id: 'dev-model', object: 'model', created: 0, owned_by: 'agentd' }] })
     }
     if (req.method === 'POST' && path === '/__dev/script') {
-      const body = await readJson(req)
+      const body = await readJson(req).catch(() => null)
       const steps = Array.isArray(body) ? body : [body]
       if (!steps.every((s) => typeof s === 'object' && s !== null && !Array.isArray(s))) {
         return sendError(res, 400, { message: 'expected a JSON array of step objects', type: 'invalid_request_error', code: null })

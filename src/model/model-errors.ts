@@ -138,7 +138,7 @@ export function createModelError(code: ModelErrorCode, message: string, options:
     message,
     retryable,
     fatal: !retryable,
-    recommendations: options.recommendations ?? entry.recommendations
+    recommendations: [...(options.recommendations ?? entry.recommendations)]
   }
   if (options.detail !== undefined) classified.detail = options.detail
   return new ModelError(classified, {
@@ -161,7 +161,7 @@ export function classifyModelError(err: unknown, ctx: ClassifyContext = {}): Mod
   if (ctx.timedOut || isNamed(err, 'TimeoutError')) {
     return createModelError('TIMEOUT', 'The model call timed out.', { cause: err })
   }
-  // The user-abort check must come first: APIUserAbortError is itself an APIError.
+  // Before the APIError branch: APIUserAbortError is itself an APIError.
   if (ctx.aborted || err instanceof APIUserAbortError || isNamed(err, 'AbortError')) {
     return createModelError('UNKNOWN', 'The model call was interrupted.', {
       cause: err,

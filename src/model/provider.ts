@@ -72,6 +72,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           if (chunk.usage) usage = toUsage(chunk.usage)
           const choice = chunk.choices[0]
           if (!choice) continue
+          // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
           const delta = choice.delta as ChatCompletionChunk.Choice.Delta & { reasoning_content?: string | null; reasoning?: string | null }
           const reasoning = delta.reasoning_content ?? delta.reasoning
           if (reasoning) yield { type: 'reasoning', delta: reasoning }

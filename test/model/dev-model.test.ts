@@ -187,8 +187,10 @@ t.test('it can be scripted, read and reset over HTTP', async (t) => {
   t.equal(afterReset.status, 200, 'the queued 500 was dropped by the reset')
   await afterReset.text()
 
-  const bad = await fetch(`${root}/__dev/script`, { method: 'POST', body: JSON.stringify([1, 2]) })
-  t.equal(bad.status, 400)
+  const notSteps = await fetch(`${root}/__dev/script`, { method: 'POST', body: JSON.stringify([1, 2]) })
+  t.equal(notSteps.status, 400)
+  const notJson = await fetch(`${root}/__dev/script`, { method: 'POST', body: '[{' })
+  t.equal(notJson.status, 400)
 })
 
 t.test('close() does not wait for a hanging request', async (t) => {
