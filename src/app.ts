@@ -1,15 +1,25 @@
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import type { ServerResponse } from 'node:http'
+import type { Logger } from 'pino'
+import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
+import { RunManager } from './agent/run-manager.ts'
 import type { Config } from './config.ts'
+import { EventLog } from './events/event-log.ts'
+import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
 import { ApiError, errorEnvelopePlugin } from './http/errors.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import type { ModelProvider } from './model/types.ts'
+import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
+import { messageRoutes } from './routes/messages.ts'
 import { sessionRoutes } from './routes/sessions.ts'
 import { ClientToolSpecSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
+import { EventSchema } from './schemas/events.ts'
+import { MessageSchema, RunSchema } from './schemas/messages.ts'
 import { SessionSchema } from './schemas/sessions.ts'
 import { openStore } from './store/index.ts'
 import type { Store } from './store/store.ts'
@@ -31,11 +41,16 @@ export interface Services {
   model: ModelProvider
   tools: ToolCatalog
   state: ServiceState
-  /** Cancels whatever runs in a session before it is deleted. */
-  onSessionDelete(sessionId: string): Promise<void>
+  events: EventLog
+  runs: RunManager
+  /** Streams a session's events over SSE to this request's raw response (the request is hijacked). */
+  openStream(request: FastifyRequest, res: ServerResponse, options: StreamRequest): void
   /** Stops taking work (503), gives active runs up to graceMs to finish, then ends them and open streams. */
   drain(graceMs: number): Promise<void>
 }
+
+/** What a route asks of an event stream; the rest (ping, headers, buffering) is the app's. */
+export type StreamRequest = Pick<EventStreamOptions, 'sessionId' | 'after' | 'channels' | 'types' | 'runId' | 'untilDone'>
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -50,6 +65,10 @@ export interface AppOptions {
   model: ModelProvider
   /** Fastify's logger option: pino options, or false to log nothing. */
   logger?: FastifyServerOptions['logger']
+  /** Overrides of the model retry policy (tests shorten the backoff). */
+  retryPolicy?: Partial<RetryPolicy>
+  /** SSE keep-alive interval; SPEC default 15 s. */
+  ssePingMs?: number
 }
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
@@ -98,19 +117,54 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (!options.store) app.addHook('onClose', async () => store.close())
 
   const state: ServiceState = { draining: false, storeFailure: null }
+  // Fastify's logger is pino; its published type is a narrower view of the same object.
+  const log = app.log as unknown as Logger
+  const events = new EventLog(store)
+  const tools = new ToolCatalog(config)
+  const runs = new RunManager({
+    store,
+    events,
+    model: options.model,
+    logger: log,
+    retryPolicy: { ...defaultRetryPolicy, ...options.retryPolicy, maxRetries: options.retryPolicy?.maxRetries ?? config.modelMaxRetries },
+    maxSteps: config.maxSteps,
+    resolveTools: (session) => tools.resolve(session),
+    toolExecutor: (session, requestId) => tools.executor(session, log.child({ reqId: requestId, sessionId: session.id }))
+  })
+  const streams = new Set<OpenEventStream>()
+
   app.decorate('agentd', {
     config,
     store,
     model: options.model,
-    tools: new ToolCatalog(),
+    tools,
     state,
-    onSessionDelete: async () => {},
-    drain: async () => {
+    events,
+    runs,
+    openStream(request, res, stream) {
+      const open = openEventStream(res, store, events, {
+        ...stream,
+        headers: { 'x-request-id': request.id },
+        ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {}),
+        onClose: () => {
+          streams.delete(open)
+          request.log.debug({ sessionId: stream.sessionId }, 'event stream closed')
+        }
+      })
+      streams.add(open)
+    },
+    async drain(graceMs) {
       state.draining = true
+      await runs.drain(graceMs)
+      for (const stream of [...streams]) stream.end('server shutting down; reconnect with Last-Event-ID')
     }
   } satisfies Services)
+  app.addHook('onClose', async () => {
+    await runs.drain(0)
+    for (const stream of [...streams]) stream.end('server closing')
+  })
 
-  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, SessionSchema]) app.addSchema(schema)
+  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
@@ -125,5 +179,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   await app.register(healthRoutes)
   await app.register(sessionRoutes)
+  await app.register(messageRoutes)
+  await app.register(eventRoutes)
   return app
 }

@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { AgentError } from '../agent/agent-error.ts'
 import type { ErrorEnvelope } from '../schemas/common.ts'
 
 /**
@@ -73,6 +74,7 @@ const FASTIFY_CODES: Record<string, ApiErrorCode> = {
 
 function toApiError(err: FastifyError): ApiError {
   if (err instanceof ApiError) return err
+  if (err instanceof AgentError) return new ApiError(err.code, err.message, err.details)
   if (err.validation) {
     const fields = err.validation.map((issue) => {
       const missing = issue.keyword === 'required' ? `/${String((issue.params as { missingProperty?: string }).missingProperty)}` : ''

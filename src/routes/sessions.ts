@@ -6,6 +6,7 @@ import {
   CreateSessionBodySchema, ListSessionsQuerySchema, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
 } from '../schemas/sessions.ts'
 import type { SessionRecord } from '../store/store.ts'
+import { ToolSelectionError } from '../tools/catalog.ts'
 
 /** The public view of a stored session. */
 export function toSessionView(record: SessionRecord, defaultTools: string[]): Session {
@@ -59,7 +60,12 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         fields: over.map(([name, max]) => ({ field: `body.limits.${name}`, message: `must be <= ${max}`, keyword: 'maximum' }))
       })
     }
-    const tools = await app.agentd.tools.validateSelection(body.tools)
+    const tools = await app.agentd.tools.validateSelection(body.tools).catch((err: unknown) => {
+      if (!(err instanceof ToolSelectionError)) throw err
+      throw apiError('VALIDATION_ERROR', `Invalid tools: ${err.problems.join('; ')}`, {
+        fields: err.problems.map((message) => ({ field: 'body.tools', message, keyword: 'tools' }))
+      })
+    })
     const now = new Date().toISOString()
     const record: SessionRecord = {
       id: newId('ses'),
@@ -125,7 +131,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { id } = request.params
     const session = await store.getSession(request.tenant, id)
     if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
-    await app.agentd.onSessionDelete(id)
+    await app.agentd.runs.cancelSession(id)
     await store.deleteSession(request.tenant, id)
     return reply.status(204).send()
   })

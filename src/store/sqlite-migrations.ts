@@ -49,6 +49,7 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
         usage       TEXT NOT NULL,
         error       TEXT,
         message_id  TEXT NOT NULL,
+        input       TEXT NOT NULL,
         created_at  TEXT NOT NULL,
         started_at  TEXT,
         ended_at    TEXT

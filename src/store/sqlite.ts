@@ -179,9 +179,9 @@ export class SqliteStore implements Store {
   }
 
   async createRun(r: RunRecord): Promise<void> {
-    this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, created_at,
-        started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-      r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.createdAt,
+    this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
+        started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+      r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt,
       r.startedAt, r.endedAt
     )
   }
@@ -317,6 +317,7 @@ function toRun(row: Row): RunRecord {
     usage: parse(row.usage),
     error: parse(row.error),
     messageId: String(row.message_id),
+    input: String(row.input),
     createdAt: String(row.created_at),
     startedAt: (row.started_at as string | null) ?? null,
     endedAt: (row.ended_at as string | null) ?? null

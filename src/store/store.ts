@@ -117,8 +117,10 @@ export interface RunRecord {
   steps: number
   usage: Usage
   error: ClassifiedError | null
-  /** The user message this run answers. */
+  /** The user message this run answers; stored in messages when the run starts. */
   messageId: string
+  /** That message's text, kept with the run so that a queued run survives a restart. */
+  input: string
   createdAt: string
   startedAt: string | null
   endedAt: string | null

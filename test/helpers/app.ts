@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
+import type { RetryPolicy } from '../../src/agent/retry.ts'
 import { buildApp } from '../../src/app.ts'
 import { loadConfig } from '../../src/config.ts'
 import { startDevModel, type DevModel } from '../../src/model/dev-model.ts'
@@ -35,7 +36,7 @@ export function tempDir(t: Tap, prefix = 'agentd-test-'): string {
  */
 export async function buildTestApp(
   t: Tap,
-  options: { env?: Record<string, string>; store?: Store; devModel?: DevModel; logLines?: string[] } = {}
+  options: { env?: Record<string, string>; store?: Store; devModel?: DevModel; logLines?: string[]; retryPolicy?: Partial<RetryPolicy> } = {}
 ): Promise<TestApp> {
   const dir = tempDir(t)
   const devModel = options.devModel ?? (await startDevModel({ host: '127.0.0.1', port: 0 }))
@@ -48,14 +49,22 @@ export async function buildTestApp(
     LOG_LEVEL: 'silent',
     ...options.env
   })
-  const model = createOpenAIProvider({ kind: 'dev', apiKey: 'test-key', baseURL: devModel.url, bodyTimeoutMs: 5000, headersTimeoutMs: 5000 })
+  const model = createOpenAIProvider({ kind: 'dev', apiKey: 'test-key', baseURL: devModel.url, bodyTimeoutMs: 1000, headersTimeoutMs: 1000 })
   const logger = options.logLines
     ? { level: 'info', stream: { write: (line: string) => options.logLines?.push(line) } }
     : false
-  const app = await buildApp({ config, model, logger, ...(options.store ? { store: options.store } : {}) })
+  const app = await buildApp({ config, model, logger, retryPolicy: { baseMs: 5, capMs: 20, ...options.retryPolicy }, ...(options.store ? { store: options.store } : {}) })
   t.teardown(async () => {
     await app.close()
     await model.close()
   })
   return { app, devModel, dir }
+}
+
+/** Listens on an ephemeral loopback port (for SSE and other real-socket tests); returns the base URL. */
+export async function listen(app: FastifyInstance): Promise<string> {
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const address = app.server.address()
+  if (!address || typeof address === 'string') throw new Error('no address')
+  return `http://127.0.0.1:${address.port}`
 }

@@ -1,0 +1,451 @@
+import type { Logger } from 'pino'
+import { newId } from '../ids.ts'
+import type { EventLog } from '../events/event-log.ts'
+import { classifyModelError } from '../model/model-errors.ts'
+import { ModelError, type ModelProvider } from '../model/types.ts'
+import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
+import type {
+  EventChannel, EventRecord, MessageRecord, MessageToolCall, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, ToolCallRecord
+} from '../store/store.ts'
+import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
+import { toChatMessages } from './conversation.ts'
+import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
+import type { SessionToolSet } from './tool-set.ts'
+
+/** How a tool call that the service runs is executed (the isolation runtime). */
+export type ExecuteTool = (
+  call: ToolCallRecord,
+  signal: AbortSignal
+) => Promise<{ ok: true; result: unknown } | { ok: false; error: ClassifiedError }>
+
+export interface ApprovalDecision {
+  decision: 'allow' | 'deny'
+  note: string | null
+}
+
+export type ClientToolResult = { output: unknown } | { error: string }
+
+export interface RunDependencies {
+  store: Store
+  events: EventLog
+  model: ModelProvider
+  retryPolicy: RetryPolicy
+  logger: Logger
+  /** Server upper bounds; the session's limits may lower them. */
+  maxSteps: number
+}
+
+/** What the run manager gives one run: its tools and how to wait for people and clients. */
+export interface RunHooks {
+  tools: SessionToolSet
+  executeTool: ExecuteTool
+  waitForApproval(call: ToolCallRecord, signal: AbortSignal): Promise<ApprovalDecision>
+  waitForToolResult(call: ToolCallRecord, signal: AbortSignal): Promise<ClientToolResult>
+}
+
+type DoneReason = 'completed' | 'interrupted' | 'failed' | 'max_steps'
+
+/** Raised inside the loop to end the run as failed with a classified error. */
+class RunFailure extends Error {
+  readonly error: ClassifiedError
+  readonly phase: 'model' | 'tool' | 'system'
+  constructor(error: ClassifiedError, phase: 'model' | 'tool' | 'system') {
+    super(error.message)
+    this.error = error
+    this.phase = phase
+  }
+}
+
+const FINAL: ReadonlySet<RunStatus> = new Set(['completed', 'failed', 'cancelled'])
+const now = () => new Date().toISOString()
+
+/**
+ * One run of the agent loop: call the model, stream its text as events, run the tools it
+ * asks for, feed their results back, and repeat until the model answers without tools,
+ * maxSteps is reached, the run is interrupted, or a fatal error ends it. Every message,
+ * tool-call state and event is committed before the next thing happens.
+ */
+export class RunExecution {
+  readonly run: RunRecord
+  readonly #session: SessionRecord
+  readonly #deps: RunDependencies
+  readonly #hooks: RunHooks
+  readonly #signal: AbortSignal
+  readonly #log: Logger
+  #steps = 0
+  #usage: Usage = emptyUsage()
+
+  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, hooks: RunHooks, signal: AbortSignal) {
+    this.#session = session
+    this.run = run
+    this.#deps = deps
+    this.#hooks = hooks
+    this.#signal = signal
+    this.#log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
+  }
+
+  /** Emits an event of this run; resolves once it is committed. */
+  emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<EventRecord> {
+    return this.#deps.events.append({
+      sessionId: this.#session.id, runId: this.run.id, channel, type, at: now(), requestId: this.run.requestId, data
+    })
+  }
+
+  /** Moves the run (and its session) to a new status, with a state_changed event. */
+  async setStatus(status: RunStatus): Promise<void> {
+    const from = this.run.status
+    if (from === status) return
+    this.run.status = status
+    const patch: Partial<RunRecord> = { status }
+    if (status === 'running' && !this.run.startedAt) patch.startedAt = this.run.startedAt = now()
+    if (FINAL.has(status)) patch.endedAt = this.run.endedAt = now()
+    await this.#deps.store.updateRun(this.run.id, patch)
+    await this.#deps.store.updateSession(this.#session.id, { status: sessionStatusOf(status) })
+    await this.emit('monitor', 'state_changed', { from, to: status })
+  }
+
+  /** Runs the loop to its end; never throws. */
+  async execute(): Promise<RunRecord> {
+    let reason: DoneReason = 'completed'
+    try {
+      await this.setStatus('running')
+      await this.#deps.store.addMessage({
+        id: this.run.messageId, sessionId: this.#session.id, runId: this.run.id, role: 'user', content: this.run.input, createdAt: now()
+      })
+      reason = await this.#loop()
+      await this.#finish(reason === 'max_steps' ? 'failed' : 'completed', reason, reason === 'max_steps' ? maxStepsError(this.#maxSteps) : null)
+    } catch (err) {
+      if (this.#signal.aborted) {
+        await this.#end('cancelled', 'interrupted', null)
+      } else {
+        const failure = err instanceof RunFailure ? err : new RunFailure(classifyException(err, 'system', { fatal: true }), 'system')
+        if (!(err instanceof RunFailure)) this.#log.error({ err }, 'run failed unexpectedly')
+        await this.#end('failed', 'failed', failure.error, failure.phase)
+      }
+    }
+    return this.run
+  }
+
+  get #maxSteps(): number {
+    return Math.min(this.#session.limits.maxSteps ?? this.#deps.maxSteps, this.#deps.maxSteps)
+  }
+
+  async #loop(): Promise<DoneReason> {
+    const { store } = this.#deps
+    const history = await store.listMessages(this.#session.id)
+    const messages = toChatMessages(this.#session.instructions, history)
+    for (let step = 1; step <= this.#maxSteps; step++) {
+      const started = Date.now()
+      this.#steps = step
+      const answer = await this.#callModel(step, messages)
+      const usage = answer.usage ?? emptyUsage()
+      this.#usage = addUsage(this.#usage, usage)
+      await store.updateRun(this.run.id, { steps: step, usage: this.#usage })
+      await store.addSessionUsage(this.#session.id, usage)
+      this.run.steps = step
+      this.run.usage = this.#usage
+      await this.emit('monitor', 'token_usage', { ...usage })
+
+      const toolCalls: MessageToolCall[] = answer.toolCalls.map((call) => ({ id: newId('call'), name: call.name, arguments: call.arguments }))
+      const assistant: MessageRecord = {
+        id: newId('msg'), sessionId: this.#session.id, runId: this.run.id, role: 'assistant',
+        content: answer.text.length > 0 ? answer.text : null, createdAt: now()
+      }
+      if (toolCalls.length > 0) assistant.toolCalls = toolCalls
+      await store.addMessage(assistant)
+      messages.push(...toChatMessages(null, [assistant]))
+
+      for (const call of toolCalls) {
+        const tool = await this.#runToolCall(step, call)
+        await store.addMessage(tool)
+        messages.push(...toChatMessages(null, [tool]))
+      }
+      await this.emit('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
+
+      const maxTokens = this.#session.limits.maxTokens
+      if (maxTokens !== undefined && this.#usage.totalTokens > maxTokens) {
+        throw new RunFailure(maxTokensError(maxTokens, this.#usage.totalTokens), 'system')
+      }
+      if (toolCalls.length === 0) return 'completed'
+    }
+    return 'max_steps'
+  }
+
+  /** One model call with the retry policy of SPEC 5.1, streaming text and reasoning as events. */
+  async #callModel(step: number, messages: ReturnType<typeof toChatMessages>) {
+    const { model, retryPolicy } = this.#deps
+    for (let attempt = 0; ; attempt++) {
+      const text = { started: false, value: '' }
+      const reasoning = { started: false, value: '' }
+      const toolCalls: Array<{ name: string; arguments: string }> = []
+      let usage: Usage | null = null
+      let firstTokenSeen = false
+      try {
+        const request = {
+          model: this.#session.model,
+          messages,
+          ...(this.#hooks.tools.definitions.length > 0 ? { tools: this.#hooks.tools.definitions } : {})
+        }
+        for await (const part of model.stream(request, { signal: this.#signal, requestId: this.run.requestId })) {
+          firstTokenSeen = true
+          if (part.type === 'text') {
+            if (!text.started) await this.emit('progress', 'text_chunk_start', { step })
+            text.started = true
+            text.value += part.delta
+            await this.emit('progress', 'text_chunk', { step, delta: part.delta })
+          } else if (part.type === 'reasoning') {
+            if (!reasoning.started) await this.emit('progress', 'think_chunk_start', { step })
+            reasoning.started = true
+            reasoning.value += part.delta
+            await this.emit('progress', 'think_chunk', { step, delta: part.delta })
+          } else if (part.type === 'tool_call') {
+            toolCalls.push({ name: part.name, arguments: part.arguments })
+          } else {
+            usage = part.usage
+          }
+        }
+        if (reasoning.started) await this.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+        if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
+        return { text: text.value, toolCalls, usage }
+      } catch (err) {
+        if (this.#signal.aborted) throw err
+        const error = err instanceof ModelError ? err : classifyModelError(err)
+        if (!firstTokenSeen && shouldRetry(error, attempt, retryPolicy)) {
+          const delayMs = retryDelayMs(retryPolicy, attempt, error.retryAfterMs)
+          this.#log.warn({ code: error.classified.code, status: error.status, attempt: attempt + 1, delayMs }, 'model call failed, retrying')
+          await this.emit('monitor', 'model_retry', { attempt: attempt + 1, delayMs, code: error.classified.code, status: error.status })
+          await sleep(delayMs, this.#signal)
+          continue
+        }
+        // Close what was opened so a client's text assembly stays balanced.
+        if (reasoning.started) await this.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+        if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
+        const exhausted = error.classified.retryable && firstTokenSeen === false
+        throw new RunFailure({
+          ...error.classified,
+          fatal: true,
+          ...(exhausted ? { message: `${error.classified.message} (gave up after ${attempt} retries)` } : {})
+        }, 'model')
+      }
+    }
+  }
+
+  /** Runs one tool call through approval, the client or the runtime; returns the tool message. */
+  async #runToolCall(step: number, call: MessageToolCall): Promise<MessageRecord> {
+    const { store } = this.#deps
+    const startedAt = Date.now()
+    const parsed = parseArguments(call.arguments)
+    const record: ToolCallRecord = {
+      id: call.id, sessionId: this.#session.id, runId: this.run.id, step, name: call.name,
+      input: parsed.ok ? parsed.value : call.arguments, state: 'pending', startedAt: new Date(startedAt).toISOString(),
+      endedAt: null, durationMs: null
+    }
+    const save = async () => store.saveToolCall(record)
+    await save()
+    await this.emit('progress', 'tool:start', { call: snapshot(record) })
+
+    let outcome: { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
+    try {
+      const tool = this.#hooks.tools.get(call.name)
+      if (!tool) {
+        outcome = { ok: false, error: toolNotFound(call.name, this.#hooks.tools.names) }
+      } else if (!parsed.ok) {
+        outcome = { ok: false, error: invalidArguments(call.name, parsed.message) }
+      } else if (!(await this.#approve(record))) {
+        outcome = { ok: false, error: deniedByUser(call.name, this.#lastNote) }
+      } else if (tool.kind === 'client') {
+        outcome = await this.#awaitClient(record)
+      } else {
+        record.state = 'executing'
+        await save()
+        outcome = await this.#hooks.executeTool(record, this.#signal)
+      }
+    } catch (err) {
+      if (this.#signal.aborted) {
+        await this.#sealCall(record, toolInterrupted(call.name), startedAt)
+        throw err
+      }
+      outcome = { ok: false, error: classifyException(err, 'tool') }
+    }
+    if (this.#signal.aborted && !outcome.ok && outcome.error.errorType === 'aborted') {
+      await this.#sealCall(record, outcome.error, startedAt)
+      throw new Error('interrupted')
+    }
+
+    record.endedAt = now()
+    record.durationMs = Date.now() - startedAt
+    if (outcome.ok) {
+      record.state = 'completed'
+      record.result = outcome.result
+      await save()
+      await this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true })
+    } else {
+      record.state = outcome.error.code === 'DENIED_BY_USER' ? 'denied' : 'failed'
+      record.error = outcome.error
+      await save()
+      await this.emit('progress', 'tool:error', { call: snapshot(record), error: outcome.error })
+      await this.emit('monitor', 'error', { severity: 'warn', phase: 'tool', message: outcome.error.message, detail: outcome.error })
+      await this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: false })
+    }
+    await this.emit('progress', 'tool:end', { call: snapshot(record) })
+    return toolMessage(this.#session.id, this.run.id, record.id, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
+  }
+
+  #lastNote: string | null = null
+
+  async #approve(record: ToolCallRecord): Promise<boolean> {
+    const { approval } = this.#session
+    const needed = approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
+    if (!needed) return true
+    record.state = 'approval_required'
+    await this.#deps.store.saveToolCall(record)
+    await this.setStatus('awaiting_approval')
+    await this.emit('control', 'permission_required', { call: snapshot(record) })
+    const { decision, note } = await this.#hooks.waitForApproval(record, this.#signal)
+    this.#lastNote = note
+    await this.emit('control', 'permission_decided', { callId: record.id, decision, note })
+    await this.setStatus('running')
+    return decision === 'allow'
+  }
+
+  async #awaitClient(record: ToolCallRecord): Promise<{ ok: true; result: unknown } | { ok: false; error: ClassifiedError }> {
+    record.state = 'executing'
+    await this.#deps.store.saveToolCall(record)
+    await this.setStatus('awaiting_tool_result')
+    await this.emit('control', 'tool_result_required', { call: snapshot(record) })
+    const answer = await this.#hooks.waitForToolResult(record, this.#signal)
+    await this.setStatus('running')
+    if ('error' in answer) {
+      return {
+        ok: false,
+        error: classified({
+          errorType: 'runtime', code: 'UNKNOWN', message: `The client's ${record.name} failed: ${answer.error}`,
+          recommendations: [`The client reported an error from ${record.name}; check its input or try another way.`]
+        })
+      }
+    }
+    return { ok: true, result: answer.output }
+  }
+
+  /** Gives an unfinished call its final, sealed result so the history never holds a call without an answer. */
+  async #sealCall(record: ToolCallRecord, error: ClassifiedError, startedAt: number): Promise<void> {
+    record.state = 'sealed'
+    record.error = error
+    record.endedAt = now()
+    record.durationMs = Date.now() - startedAt
+    await this.#deps.store.saveToolCall(record)
+    await this.#deps.store.addMessage(toolMessage(this.#session.id, this.run.id, record.id, toModelToolResult(error)))
+    await this.emit('progress', 'tool:end', { call: snapshot(record) })
+  }
+
+  async #finish(status: RunStatus, reason: DoneReason, error: ClassifiedError | null): Promise<void> {
+    if (error) {
+      this.run.error = error
+      await this.#deps.store.updateRun(this.run.id, { error })
+      await this.emit('monitor', 'error', { severity: 'error', phase: 'system', message: error.message, detail: error })
+    }
+    await this.setStatus(status)
+    await this.emit('progress', 'done', { step: this.#steps, reason, runId: this.run.id })
+  }
+
+  /** Ends the run after a failure or interrupt; a store that fails here too is logged, never thrown. */
+  async #end(status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: 'model' | 'tool' | 'system' = 'system'): Promise<void> {
+    try {
+      await this.#sealOpenCalls()
+      if (error) {
+        this.run.error = error
+        await this.#deps.store.updateRun(this.run.id, { error })
+        await this.emit('monitor', 'error', { severity: 'error', phase, message: error.message, detail: error })
+      }
+      await this.setStatus(status)
+      await this.emit('progress', 'done', { step: this.#steps, reason, runId: this.run.id })
+    } catch (err) {
+      this.#log.error({ err, status, reason }, 'could not record the end of the run')
+      this.run.status = status
+      this.run.error = error
+      this.run.endedAt ??= now()
+    }
+  }
+
+  /** After an interrupt mid-step: every call of this run without a tool message gets one. */
+  async #sealOpenCalls(): Promise<void> {
+    const { store } = this.#deps
+    const messages = await store.listMessages(this.#session.id)
+    const answered = new Set(messages.filter((m) => m.role === 'tool').map((m) => m.toolCallId))
+    for (const message of messages) {
+      if (message.runId !== this.run.id || message.role !== 'assistant') continue
+      for (const call of message.toolCalls ?? []) {
+        if (answered.has(call.id)) continue
+        const existing = await store.getToolCall(this.#session.id, call.id)
+        const record: ToolCallRecord = existing ?? {
+          id: call.id, sessionId: this.#session.id, runId: this.run.id, step: this.#steps, name: call.name,
+          input: call.arguments, state: 'pending', startedAt: now(), endedAt: null, durationMs: null
+        }
+        await this.#sealCall(record, toolInterrupted(call.name), Date.parse(record.startedAt))
+      }
+    }
+  }
+}
+
+/** The session's status while its active run has this status. */
+function sessionStatusOf(status: RunStatus): SessionStatus {
+  switch (status) {
+    case 'running':
+    case 'awaiting_approval':
+    case 'awaiting_tool_result':
+      return status
+    default:
+      return 'idle'
+  }
+}
+
+function parseArguments(text: string): { ok: true; value: unknown } | { ok: false; message: string } {
+  if (text.trim() === '') return { ok: true, value: {} }
+  try {
+    return { ok: true, value: JSON.parse(text) }
+  } catch (err) {
+    return { ok: false, message: (err as Error).message }
+  }
+}
+
+function invalidArguments(toolName: string, reason: string): ClassifiedError {
+  return classified({
+    errorType: 'validation', code: 'VALIDATION_ERROR',
+    message: `The arguments of ${toolName} are not valid JSON: ${reason}`,
+    recommendations: [`Call ${toolName} again with its arguments as one JSON object matching its parameters schema.`]
+  })
+}
+
+function maxStepsError(maxSteps: number): ClassifiedError {
+  return classified({
+    errorType: 'logical', code: 'MAX_STEPS_EXCEEDED', fatal: true, retryable: false,
+    message: `The run reached its limit of ${maxSteps} steps before the model finished`,
+    recommendations: ['Send a follow-up message to continue, or raise limits.maxSteps for the session (up to AGENTD_MAX_STEPS).']
+  })
+}
+
+function maxTokensError(maxTokens: number, used: number): ClassifiedError {
+  return classified({
+    errorType: 'logical', code: 'MAX_TOKENS_EXCEEDED', fatal: true, retryable: false,
+    message: `The run used ${used} tokens, over its limit of ${maxTokens}`,
+    recommendations: ['Raise limits.maxTokens for the session, or fork it from an earlier event to shorten the conversation.']
+  })
+}
+
+function toolMessage(sessionId: string, runId: string, callId: string, content: unknown): MessageRecord {
+  return {
+    id: newId('msg'), sessionId, runId, role: 'tool', toolCallId: callId,
+    content: typeof content === 'string' ? content : JSON.stringify(content ?? null), createdAt: now()
+  }
+}
+
+/** The ToolCallSnapshot of SPEC 4. */
+export function snapshot(call: ToolCallRecord): Record<string, unknown> {
+  const view: Record<string, unknown> = {
+    id: call.id, name: call.name, input: call.input, state: call.state, startedAt: call.startedAt,
+    endedAt: call.endedAt, durationMs: call.durationMs
+  }
+  if (call.result !== undefined) view.result = call.result
+  if (call.error !== undefined) view.error = call.error
+  return view
+}

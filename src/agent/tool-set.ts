@@ -1,0 +1,14 @@
+import type { ChatCompletionTool } from 'openai/resources/chat/completions'
+import type { Tool } from '../tools/types.ts'
+
+/** A tool as one session sees it: run by the service, or by the client (the run pauses for it). */
+export type SessionTool =
+  | { kind: 'server'; name: string; tool: Tool }
+  | { kind: 'client'; name: string; description: string; parameters: Record<string, unknown> }
+
+/** The tools of one session: what the model is offered and how each name is run. */
+export interface SessionToolSet {
+  readonly names: readonly string[]
+  readonly definitions: ChatCompletionTool[]
+  get(name: string): SessionTool | undefined
+}

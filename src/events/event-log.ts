@@ -1,0 +1,60 @@
+import type { EventRecord, NewEvent, Store } from '../store/store.ts'
+
+export type EventListener = (event: EventRecord) => void
+
+/**
+ * The event log of every session: an event is committed to the store first and published to
+ * live subscribers after, in seq order. Appends of one session are chained so that, even on a
+ * store whose commits may finish out of order, subscribers see seq 1, 2, 3 … and nothing else.
+ */
+export class EventLog {
+  readonly #store: Store
+  readonly #listeners = new Map<string, Set<EventListener>>()
+  readonly #tails = new Map<string, Promise<unknown>>()
+
+  constructor(store: Store) {
+    this.#store = store
+  }
+
+  /** Stores the event, then publishes it; resolves with its seq once it is committed. */
+  append(event: NewEvent): Promise<EventRecord> {
+    const previous = this.#tails.get(event.sessionId) ?? Promise.resolve()
+    const appended = previous.then(async () => {
+      const record = await this.#store.appendEvent(event)
+      this.#publish(record)
+      return record
+    })
+    const tail = appended.catch(() => undefined)
+    this.#tails.set(event.sessionId, tail)
+    void tail.then(() => {
+      if (this.#tails.get(event.sessionId) === tail) this.#tails.delete(event.sessionId)
+    })
+    return appended
+  }
+
+  /** Calls the listener with every event of the session committed from now on; returns the unsubscribe. */
+  subscribe(sessionId: string, listener: EventListener): () => void {
+    let set = this.#listeners.get(sessionId)
+    if (!set) {
+      set = new Set()
+      this.#listeners.set(sessionId, set)
+    }
+    set.add(listener)
+    return () => {
+      set.delete(listener)
+      if (set.size === 0 && this.#listeners.get(sessionId) === set) this.#listeners.delete(sessionId)
+    }
+  }
+
+  #publish(event: EventRecord): void {
+    const set = this.#listeners.get(event.sessionId)
+    if (!set) return
+    for (const listener of [...set]) {
+      try {
+        listener(event)
+      } catch {
+        // A listener is a network writer; its failure is its own connection's business.
+      }
+    }
+  }
+}

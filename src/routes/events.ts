@@ -1,0 +1,56 @@
+import { Type } from '@sinclair/typebox'
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { apiError } from '../http/errors.ts'
+import { errorResponses, ref } from '../schemas/common.ts'
+import { EventSchema, EventsHeadersSchema, EventsQuerySchema } from '../schemas/events.ts'
+import { SessionParamsSchema } from '../schemas/sessions.ts'
+import type { EventChannel } from '../store/store.ts'
+
+const EventPageSchema = Type.Object({
+  data: Type.Array(ref(EventSchema)),
+  nextAfter: Type.Integer({ minimum: 0, description: 'pass as ?after= to get the next page' })
+})
+
+/** GET /v1/sessions/{id}/events: the session's events as SSE (live, resumable) or as JSON pages. */
+export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { store } = app.agentd
+
+  app.get('/v1/sessions/:id/events', {
+    schema: {
+      tags: ['events'],
+      summary: 'Stream the session events (SSE, resumable with Last-Event-ID or ?after), or page them as JSON',
+      params: SessionParamsSchema,
+      querystring: EventsQuerySchema,
+      headers: EventsHeadersSchema,
+      response: {
+        200: {
+          description: 'text/event-stream by default; a JSON page with Accept: application/json',
+          content: {
+            'text/event-stream': { schema: Type.String({ description: 'SSE frames: id, event, data (the Event as JSON)' }) },
+            'application/json': { schema: EventPageSchema }
+          }
+        },
+        ...errorResponses(400, 401, 404, 429, 500, 503)
+      }
+    }
+  }, async (request, reply) => {
+    const session = await store.getSession(request.tenant, request.params.id)
+    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    const { query } = request
+    const lastEventId = request.headers['last-event-id']
+    const after = query.after ?? (lastEventId === undefined ? 0 : Number(lastEventId))
+    const channels = query.channels?.split(',') as EventChannel[] | undefined
+    const types = query.types?.split(',')
+    const accept = (request.headers.accept ?? '').toLowerCase()
+
+    if (accept.includes('application/json') && !accept.includes('text/event-stream')) {
+      const data = await store.listEvents(session.id, {
+        after, limit: query.limit ?? 100, ...(channels ? { channels } : {}), ...(types ? { types } : {})
+      })
+      return reply.type('application/json').send({ data, nextAfter: data.at(-1)?.seq ?? after })
+    }
+    reply.hijack()
+    app.agentd.openStream(request, reply.raw, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
+    return reply
+  })
+}

@@ -1,0 +1,24 @@
+import type { Message, Run } from '../schemas/messages.ts'
+import type { MessageRecord, RunRecord } from '../store/store.ts'
+
+/** The public view of a stored run. */
+export function toRunView(run: RunRecord): Run {
+  return {
+    id: run.id, sessionId: run.sessionId, status: run.status, requestId: run.requestId, steps: run.steps,
+    usage: run.usage, error: run.error, startedAt: run.startedAt, endedAt: run.endedAt
+  }
+}
+
+/** The public view of a stored message. */
+export function toMessageView(message: MessageRecord): Message {
+  const view: Message = {
+    id: message.id, sessionId: message.sessionId, runId: message.runId, role: message.role,
+    content: message.content, createdAt: message.createdAt
+  }
+  if (message.toolCalls) view.toolCalls = message.toolCalls
+  if (message.toolCallId) view.toolCallId = message.toolCallId
+  return view
+}
+
+/** True when the client asked for Server-Sent Events. */
+export const wantsEventStream = (accept: string | undefined) => (accept ?? '').toLowerCase().includes('text/event-stream')

@@ -1,0 +1,204 @@
+import t from 'tap'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { readSse, type StreamedEvent } from '../helpers/sse.ts'
+
+const types = (events: StreamedEvent[]) => events.map((e) => e.type)
+
+t.test('a text answer streams as an exact event sequence', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'Hello there friend', chunks: 3 })
+
+  const res = await readSse(`${base}/v1/sessions/${session.id}/messages`, {
+    method: 'POST', body: { content: 'hi' }, headers: { 'x-request-id': 'stream-req-1' }
+  })
+  t.equal(res.status, 200)
+  t.equal(res.headers['content-type'], 'text/event-stream; charset=utf-8')
+  t.equal(res.headers['cache-control'], 'no-cache, no-transform')
+  t.equal(res.headers['x-accel-buffering'], 'no')
+  t.equal(res.headers['x-request-id'], 'stream-req-1')
+  t.equal(res.frames[0]?.retry, 2000, 'opens with retry: 2000')
+  t.ok(res.endedByServer, 'the stream ends after done')
+  t.same(types(res.events), [
+    'state_changed', 'text_chunk_start', 'text_chunk', 'text_chunk', 'text_chunk', 'text_chunk_end',
+    'token_usage', 'step_complete', 'state_changed', 'done'
+  ])
+  t.same(res.events.map((e) => e.seq), res.events.map((_, i) => i + 1), 'seq 1, 2, 3 … without gaps')
+  for (const frame of res.frames.slice(1)) t.equal(frame.id, String(JSON.parse(frame.data ?? '{}').seq), 'frame id is the seq')
+  t.ok(res.events.every((e) => e.requestId === 'stream-req-1'), 'every event carries the request ID')
+  const chunks = res.events.filter((e) => e.type === 'text_chunk').map((e) => e.data.delta).join('')
+  t.equal(chunks, 'Hello there friend')
+  t.same(res.events.find((e) => e.type === 'text_chunk_end')?.data, { step: 1, text: 'Hello there friend' })
+  t.same(res.events.at(-1)?.data, { step: 1, reason: 'completed', runId: res.events[0]?.runId })
+  t.same(res.events[0]?.data, { from: 'queued', to: 'running' })
+  t.equal(devModel.requests.at(-1)?.headers['x-request-id'], 'stream-req-1', 'the request ID goes upstream')
+
+  const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+  t.same(messages.map((m: { role: string; content: string }) => [m.role, m.content]), [['user', 'hi'], ['assistant', 'Hello there friend']])
+})
+
+t.test('wait=true answers 200 with the finished run and the assistant message; usage is summed', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'one' }, { text: 'two' })
+  const first = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'a' } })
+  t.equal(first.statusCode, 200)
+  const body = first.json()
+  t.equal(body.run.status, 'completed')
+  t.equal(body.run.steps, 1)
+  t.equal(body.message.content, 'one')
+  t.ok(body.run.usage.totalTokens > 0, 'run usage counted')
+  const second = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'b' } })).json()
+  const after = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json()
+  t.equal(after.usage.totalTokens, body.run.usage.totalTokens + second.run.usage.totalTokens, 'session usage is the sum of its runs')
+  t.equal(after.status, 'idle')
+  const run = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/runs/${body.run.id}` })
+  t.same(run.json(), body.run)
+  t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/runs/run_nope` })).json().error.code, 'RUN_NOT_FOUND')
+})
+
+t.test('202 without wait; a second message while busy is 409 SESSION_BUSY', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'slow', delayMs: 300 })
+  const accepted = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'x' } })
+  t.equal(accepted.statusCode, 202)
+  t.match(accepted.json(), { message: { role: 'user', content: 'x' }, run: { status: 'queued' } })
+  const busy = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'y' } })
+  t.equal(busy.statusCode, 409)
+  t.equal(busy.json().error.code, 'SESSION_BUSY')
+  await app.agentd.runs.waitFor(accepted.json().run.id)
+})
+
+t.test('enqueued messages run in order after the active one', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'first', delayMs: 100 }, { text: 'second' }, { text: 'third' })
+  const ids: string[] = []
+  for (const content of ['1', '2', '3']) {
+    const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content, onBusy: 'enqueue' } })
+    t.equal(res.statusCode, 202)
+    ids.push(res.json().run.id)
+  }
+  for (const id of ids) await app.agentd.runs.waitFor(id)
+  const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+  t.same(messages.map((m: { content: string }) => m.content), ['1', 'first', '2', 'second', '3', 'third'])
+  const done = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=done`, headers: { accept: 'application/json' } })).json().data
+  t.same(done.map((e: StreamedEvent) => e.runId), ids, 'runs finished in the order they were sent')
+})
+
+t.test('model errors: retries, fatal failures, timeouts and cut streams', async (t) => {
+  const { app, devModel } = await buildTestApp(t, { retryPolicy: { maxRetries: 2, baseMs: 5, capMs: 10 } })
+  const post = async (content = 'go') => {
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+    const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content } })
+    const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+    return { body: res.json(), events }
+  }
+
+  t.test('a 429 with Retry-After is retried, then succeeds', async (t) => {
+    devModel.script({ status: 429, headers: { 'retry-after-ms': '30' } }, { text: 'recovered' })
+    const { body, events } = await post()
+    t.equal(body.run.status, 'completed')
+    t.equal(body.message.content, 'recovered')
+    const retries = events.filter((e) => e.type === 'model_retry')
+    t.equal(retries.length, 1)
+    t.same(retries[0]?.data, { attempt: 1, delayMs: 30, code: 'RATE_LIMITED', status: 429 })
+    t.equal(retries[0]?.channel, 'monitor')
+  })
+
+  t.test('a 401 fails the run at once with AUTHENTICATION_ERROR', async (t) => {
+    devModel.script({ status: 401 })
+    const { body, events } = await post()
+    t.equal(body.run.status, 'failed')
+    t.match(body.run.error, { errorType: 'runtime', code: 'AUTHENTICATION_ERROR', retryable: false, fatal: true })
+    t.ok(body.run.error.recommendations.length > 0)
+    t.equal(events.filter((e) => e.type === 'model_retry').length, 0, 'not retried')
+    const tail = events.slice(-3).map((e) => e.type)
+    t.same(tail, ['error', 'state_changed', 'done'])
+    t.match(events.at(-3)?.data, { severity: 'error', phase: 'model', detail: { code: 'AUTHENTICATION_ERROR' } })
+    t.same(events.at(-1)?.data.reason, 'failed')
+  })
+
+  t.test('a 500 is retried until the retries run out', async (t) => {
+    devModel.script({ status: 500 }, { status: 500 }, { status: 500 })
+    const { body, events } = await post()
+    t.equal(body.run.status, 'failed')
+    t.match(body.run.error, { code: 'SERVER_ERROR', retryable: true, fatal: true })
+    t.same(events.filter((e) => e.type === 'model_retry').map((e) => e.data.attempt), [1, 2])
+  })
+
+  t.test('a hanging model is cut by the timeout and retried', async (t) => {
+    devModel.script({ hang: true }, { text: 'after the hang' })
+    const { body, events } = await post()
+    t.equal(body.run.status, 'completed')
+    t.match(events.find((e) => e.type === 'model_retry')?.data, { code: 'TIMEOUT' })
+  })
+
+  t.test('a stream cut before its first token is retried; after it, the run fails', async (t) => {
+    devModel.script({ cutAfterChunks: 0 }, { text: 'whole' })
+    const early = await post()
+    t.equal(early.body.run.status, 'completed')
+    t.match(early.events.find((e) => e.type === 'model_retry')?.data, { code: 'NETWORK_ERROR' })
+
+    devModel.script({ cutAfterChunks: 2, text: 'one two three four five' })
+    const late = await post()
+    t.equal(late.body.run.status, 'failed')
+    t.match(late.body.run.error, { code: 'NETWORK_ERROR' })
+    t.equal(late.events.filter((e) => e.type === 'model_retry').length, 0)
+    const kinds = late.events.map((e) => e.type)
+    t.ok(kinds.indexOf('text_chunk_end') > kinds.indexOf('text_chunk'), 'the opened text is closed before the failure')
+  })
+})
+
+t.test('interrupt cancels a run mid-stream at once', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ hang: true, afterChunks: 2, text: 'partial answer that never ends' })
+  const stream = readSse(`${base}/v1/sessions/${session.id}/messages`, { method: 'POST', body: { content: 'go' } })
+  // Wait until text flows, then interrupt.
+  const deadline = Date.now() + 3000
+  while (Date.now() < deadline) {
+    const page = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=text_chunk`, headers: { accept: 'application/json' } })).json()
+    if (page.data.length > 0) break
+    await new Promise((r) => setTimeout(r, 10))
+  }
+  const started = Date.now()
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })
+  t.ok(Date.now() - started < 500, 'answers at once, not after a timeout')
+  t.equal(res.statusCode, 202)
+  t.equal(res.json().status, 'cancelled')
+  const { events } = await stream
+  t.same(events.at(-1)?.data.reason, 'interrupted')
+  t.equal(events.at(-1)?.type, 'done')
+  t.match(events.at(-2)?.data, { to: 'cancelled' })
+
+  const none = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })
+  t.equal(none.statusCode, 409)
+  t.equal(none.json().error.code, 'NO_ACTIVE_RUN')
+})
+
+t.test('onBusy interrupt cancels the active run and runs the new message', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ hang: true }, { text: 'fresh' })
+  const first = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'old' } })).json()
+  const second = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'new', onBusy: 'interrupt' } })
+  t.equal(second.json().run.status, 'completed')
+  t.equal(second.json().message.content, 'fresh')
+  const old = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/runs/${first.run.id}` })).json()
+  t.equal(old.status, 'cancelled')
+})
+
+t.test('maxSteps ends a run with done max_steps', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [], limits: { maxSteps: 2 } } })).json()
+  devModel.script({ toolCalls: [{ name: 'nothing', arguments: {} }] }, { toolCalls: [{ name: 'nothing', arguments: {} }] })
+  const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'loop' } })).json()
+  t.equal(res.run.steps, 2)
+  t.match(res.run.error, { code: 'MAX_STEPS_EXCEEDED', errorType: 'logical' })
+  const done = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=done`, headers: { accept: 'application/json' } })).json().data
+  t.same(done[0].data, { step: 2, reason: 'max_steps', runId: res.run.id })
+})
