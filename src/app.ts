@@ -69,6 +69,8 @@ export interface AppOptions {
   retryPolicy?: Partial<RetryPolicy>
   /** SSE keep-alive interval; SPEC default 15 s. */
   ssePingMs?: number
+  /** How far (bytes) an SSE reader may fall behind before it is dropped; default 4 MiB. */
+  sseMaxBufferedBytes?: number
 }
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
@@ -146,6 +148,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         ...stream,
         headers: { 'x-request-id': request.id },
         ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {}),
+        ...(options.sseMaxBufferedBytes ? { maxBufferedBytes: options.sseMaxBufferedBytes } : {}),
         onClose: () => {
           streams.delete(open)
           request.log.debug({ sessionId: stream.sessionId }, 'event stream closed')

@@ -18,7 +18,7 @@ export interface EventStreamOptions {
   /** End after the next `done` event that passes the filters. */
   untilDone?: boolean
   pingIntervalMs?: number
-  /** Bytes the socket may hold unsent before this reader counts as too slow and is dropped. */
+  /** Unsent bytes a reader may fall behind by (besides the kernel's buffers) before it is dropped as too slow. */
   maxBufferedBytes?: number
   headers?: Record<string, string>
   /** Called once when the stream has ended, for whatever reason. */
@@ -41,7 +41,7 @@ const REPLAY_PAGE = 500
  */
 export function openEventStream(res: ServerResponse, store: Store, log: EventLog, options: EventStreamOptions): OpenEventStream {
   const pingIntervalMs = options.pingIntervalMs ?? 15_000
-  const maxBuffered = options.maxBufferedBytes ?? 8 * 1024 * 1024
+  const maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
   const channels = options.channels?.length ? new Set(options.channels) : null
   const types = options.types?.length ? new Set(options.types) : null
   const wanted = (event: EventRecord) =>
@@ -70,13 +70,14 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
     if (ended || event.seq <= lastSeq) return
     lastSeq = event.seq
     if (!wanted(event)) return
-    res.write(encodeEvent(event))
     if (res.writableLength > maxBuffered) {
-      // Too slow: drop the connection instead of buffering without bound.
+      // Too slow: the backlog is already over the limit. Drop the connection instead of
+      // buffering without bound; the client resumes from the last id it received.
       res.destroy()
       finish()
       return
     }
+    res.write(encodeEvent(event))
     if (options.untilDone && event.type === 'done') finish()
   }
 

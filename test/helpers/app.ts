@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import type { RetryPolicy } from '../../src/agent/retry.ts'
-import { buildApp } from '../../src/app.ts'
+import { buildApp, type AppOptions } from '../../src/app.ts'
 import { loadConfig } from '../../src/config.ts'
 import { startDevModel, type DevModel } from '../../src/model/dev-model.ts'
 import { createOpenAIProvider } from '../../src/model/provider.ts'
@@ -36,7 +36,7 @@ export function tempDir(t: Tap, prefix = 'agentd-test-'): string {
  */
 export async function buildTestApp(
   t: Tap,
-  options: { env?: Record<string, string>; store?: Store; devModel?: DevModel; logLines?: string[]; retryPolicy?: Partial<RetryPolicy> } = {}
+  options: { env?: Record<string, string>; store?: Store; devModel?: DevModel; logLines?: string[]; retryPolicy?: Partial<RetryPolicy>; app?: Partial<AppOptions> } = {}
 ): Promise<TestApp> {
   const dir = tempDir(t)
   const devModel = options.devModel ?? (await startDevModel({ host: '127.0.0.1', port: 0 }))
@@ -53,7 +53,7 @@ export async function buildTestApp(
   const logger = options.logLines
     ? { level: 'info', stream: { write: (line: string) => options.logLines?.push(line) } }
     : false
-  const app = await buildApp({ config, model, logger, retryPolicy: { baseMs: 5, capMs: 20, ...options.retryPolicy }, ...(options.store ? { store: options.store } : {}) })
+  const app = await buildApp({ config, model, logger, retryPolicy: { baseMs: 5, capMs: 20, ...options.retryPolicy }, ...options.app, ...(options.store ? { store: options.store } : {}) })
   t.teardown(async () => {
     await app.close()
     await model.close()

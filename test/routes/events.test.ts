@@ -1,0 +1,124 @@
+import { connect } from 'node:net'
+import t from 'tap'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { readSse, type StreamedEvent } from '../helpers/sse.ts'
+
+/** A session with one finished run of `chunks` text chunks; returns its events from the JSON form. */
+async function sessionWithHistory(app: Awaited<ReturnType<typeof buildTestApp>>['app'], devModel: Awaited<ReturnType<typeof buildTestApp>>['devModel'], chunks = 6) {
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: Array.from({ length: chunks }, (_, i) => `w${i}`).join(' '), chunks })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  return { session, events }
+}
+
+t.test('replay and resume', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const { session, events } = await sessionWithHistory(app, devModel)
+  const last = events.length
+  t.ok(last >= 10, 'enough history')
+
+  t.test('a fresh reader gets every stored event in order, then stays open', async (t) => {
+    const res = await readSse(`${base}/v1/sessions/${session.id}/events`, { timeoutMs: 300 })
+    t.same(res.events.map((e) => e.seq), events.map((e) => e.seq))
+    t.notOk(res.endedByServer, 'live streams stay open')
+  })
+
+  t.test('Last-Event-ID and ?after resume after the given seq at every point', async (t) => {
+    for (const point of [0, 1, Math.floor(last / 2), last - 1, last]) {
+      const byHeader = await readSse(`${base}/v1/sessions/${session.id}/events?until=done`, { headers: { 'last-event-id': String(point) }, timeoutMs: 300 })
+      t.same(byHeader.events.map((e) => e.seq), events.filter((e) => e.seq > point).map((e) => e.seq), `Last-Event-ID: ${point}`)
+      const byQuery = await readSse(`${base}/v1/sessions/${session.id}/events?after=${point}&until=done`, { timeoutMs: 300 })
+      t.same(byQuery.events.map((e) => e.seq), events.filter((e) => e.seq > point).map((e) => e.seq), `?after=${point}`)
+    }
+  })
+
+  t.test('?until=done ends the stream after the done event', async (t) => {
+    const res = await readSse(`${base}/v1/sessions/${session.id}/events?until=done`)
+    t.ok(res.endedByServer)
+    t.equal(res.events.at(-1)?.type, 'done')
+  })
+
+  t.test('channels and types filter', async (t) => {
+    const monitor = await readSse(`${base}/v1/sessions/${session.id}/events?channels=monitor`, { timeoutMs: 300 })
+    t.same(monitor.events.map((e) => e.seq), events.filter((e) => e.channel === 'monitor').map((e) => e.seq))
+    const chunks = await readSse(`${base}/v1/sessions/${session.id}/events?types=text_chunk,done&until=done`, { timeoutMs: 300 })
+    t.same(chunks.events.map((e) => e.type), events.filter((e) => ['text_chunk', 'done'].includes(e.type)).map((e) => e.type))
+    const bad = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?channels=secret` })
+    t.equal(bad.statusCode, 400)
+    t.equal(bad.json().error.code, 'VALIDATION_ERROR')
+  })
+
+  t.test('the JSON form pages with nextAfter', async (t) => {
+    const seen: number[] = []
+    let after = 0
+    for (;;) {
+      const page = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?after=${after}&limit=4`, headers: { accept: 'application/json' } })).json()
+      if (page.data.length === 0) {
+        t.equal(page.nextAfter, after, 'an empty page keeps the position')
+        break
+      }
+      seen.push(...page.data.map((e: StreamedEvent) => e.seq))
+      after = page.nextAfter
+    }
+    t.same(seen, events.map((e) => e.seq))
+  })
+
+  t.test('an unknown session is 404 in the envelope', async (t) => {
+    const res = await app.inject({ method: 'GET', url: '/v1/sessions/ses_missing/events' })
+    t.equal(res.statusCode, 404)
+    t.equal(res.json().error.code, 'SESSION_NOT_FOUND')
+  })
+})
+
+t.test('resuming across the replay/live seam misses, repeats and reorders nothing', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  // A long answer, streamed slowly enough that readers connect and drop while it is live.
+  devModel.script({ text: Array.from({ length: 60 }, (_, i) => `t${i}`).join(' '), chunks: 60, delayMs: 20 })
+  const runId = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'go' } })).json().run.id
+
+  // Read a few events, drop the connection, resume from the last one seen; repeat until done.
+  const received: StreamedEvent[] = []
+  let lastId = 0
+  for (let round = 0; round < 50; round++) {
+    const res = await readSse(`${base}/v1/sessions/${session.id}/events?until=done`, { headers: { 'last-event-id': String(lastId) }, stopAfter: 3 + (round % 4) })
+    received.push(...res.events)
+    lastId = received.at(-1)?.seq ?? lastId
+    if (res.events.some((e) => e.type === 'done')) break
+  }
+  await app.agentd.runs.waitFor(runId)
+  const stored = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.equal(received.at(-1)?.type, 'done')
+  t.same(received.map((e) => e.seq), stored.map((e) => e.seq), 'every event exactly once, in seq order')
+})
+
+t.test('a reader that does not read is dropped instead of buffering without bound', async (t) => {
+  const { app, devModel } = await buildTestApp(t, { app: { sseMaxBufferedBytes: 256 * 1024 } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const { port } = new URL(base)
+  // A raw socket that sends the request and never reads.
+  const socket = connect(Number(port), '127.0.0.1')
+  socket.pause()
+  socket.write(`GET /v1/sessions/${session.id}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n`)
+  t.teardown(() => socket.destroy())
+  let received = 0
+  socket.on('data', (chunk: Buffer) => (received += chunk.length))
+  const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+  // Enough traffic to overflow the kernel's socket buffers and the stream's limit.
+  const big = 'x'.repeat(64 * 1024)
+  devModel.script(...Array.from({ length: 3 }, () => ({ text: Array.from({ length: 60 }, () => big).join(' '), chunks: 60 })))
+  for (let i = 0; i < 3; i++) {
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: `round ${i}` } })
+  }
+  const produced = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).body.length
+  // Now read what the kernel holds: the stream must end (the server dropped it) short of everything.
+  socket.resume()
+  const wasClosed = await Promise.race([closed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 3000))])
+  t.ok(wasClosed, 'the server closed the slow connection')
+  t.ok(received < produced, `the reader got ${received} of ${produced} bytes before it was dropped`)
+  t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200, 'and keeps serving')
+})
