@@ -1,0 +1,58 @@
+/** The UTF-8 prefix of `buf` of at most `maxBytes` bytes, never splitting a character. */
+export function utf8Prefix(buf: Buffer, maxBytes: number): string {
+  if (buf.length <= maxBytes) return buf.toString('utf8')
+  let end = Math.max(0, maxBytes)
+  // Step back over continuation bytes (10xxxxxx) so the cut falls between characters.
+  while (end > 0 && ((buf[end] ?? 0) & 0xc0) === 0x80) end--
+  return buf.subarray(0, end).toString('utf8')
+}
+
+/** `text` cut to at most `maxBytes` UTF-8 bytes, or unchanged when it fits. */
+export function truncateUtf8(text: string, maxBytes: number): { text: string; truncated: boolean; bytes: number } {
+  // A UTF-16 code unit is at most 3 UTF-8 bytes, so short strings need no encoding to be known to fit.
+  if (text.length * 3 <= maxBytes) return { text, truncated: false, bytes: Buffer.byteLength(text) }
+  const bytes = Buffer.byteLength(text)
+  if (bytes <= maxBytes) return { text, truncated: false, bytes }
+  return { text: utf8Prefix(Buffer.from(text.slice(0, maxBytes)), maxBytes), truncated: true, bytes }
+}
+
+/** The note appended where output was cut, so the model knows it saw only part of it. */
+export function truncationNote(shownBytes: number, totalBytes: number | null): string {
+  const total = totalBytes === null ? 'more' : `${totalBytes}`
+  return `\n[output truncated: showing the first ${shownBytes} of ${total} bytes]`
+}
+
+/**
+ * Collects a stream's bytes up to `maxBytes` and only counts the rest, so a flood costs no
+ * memory beyond the cap.
+ */
+export class CappedBuffer {
+  readonly maxBytes: number
+  private readonly chunks: Buffer[] = []
+  private kept = 0
+  /** Every byte seen, kept or not. */
+  total = 0
+
+  constructor(maxBytes: number) {
+    this.maxBytes = maxBytes
+  }
+
+  push(chunk: Buffer): void {
+    this.total += chunk.length
+    const room = this.maxBytes - this.kept
+    if (room <= 0) return
+    const part = chunk.length <= room ? chunk : chunk.subarray(0, room)
+    this.chunks.push(part)
+    this.kept += part.length
+  }
+
+  get truncated(): boolean {
+    return this.total > this.kept
+  }
+
+  /** The kept bytes as UTF-8 text, with a truncation note when bytes were dropped. */
+  text(): string {
+    const text = utf8Prefix(Buffer.concat(this.chunks), this.maxBytes)
+    return this.truncated ? text + truncationNote(this.kept, this.total) : text
+  }
+}

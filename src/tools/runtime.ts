@@ -1,0 +1,198 @@
+import { performance } from 'node:perf_hooks'
+import {
+  classifyToolError,
+  classified,
+  isLogicalFailure,
+  toolInterrupted,
+  toolTimeout
+} from '../agent/classify.ts'
+import type { ClassifiedError } from '../schemas/common.ts'
+import { checkToolInput } from './json-schema.ts'
+import { truncateUtf8, truncationNote } from './output.ts'
+import type { Tool, ToolContext } from './types.ts'
+
+export interface RunToolOptions {
+  /** The call is stopped and reported as aborted/TIMEOUT after this long. */
+  timeoutMs: number
+  /** A result whose JSON is larger is cut to this many bytes, with a note. */
+  maxOutputBytes: number
+}
+
+/** How one tool call ended: its (possibly cut) result, or its classified error. */
+export type ToolOutcome =
+  | { ok: true; result: unknown; truncated: boolean; durationMs: number }
+  | { ok: false; error: ClassifiedError; durationMs: number }
+
+type Settled = { kind: 'value'; value: unknown } | { kind: 'error'; error: unknown } | { kind: 'aborted' }
+
+/**
+ * Runs one tool call in isolation (SPEC 7): validates the arguments, runs `execute` with a signal
+ * that fires on timeout or on the caller's abort, and settles by the deadline even if the tool
+ * ignores its signal (its late result is dropped). Never throws; every failure comes back classified.
+ */
+export async function runTool(tool: Tool, rawInput: unknown, ctx: ToolContext, opts: RunToolOptions): Promise<ToolOutcome> {
+  const started = performance.now()
+  const elapsed = () => Math.round(performance.now() - started)
+  const failed = (error: ClassifiedError): ToolOutcome => ({ ok: false, error, durationMs: elapsed() })
+
+  const invalid = checkToolInput(tool.name, tool.parameters, rawInput)
+  if (invalid) return failed(invalid)
+  if (ctx.signal.aborted) return failed(toolInterrupted(tool.name))
+
+  const controller = new AbortController()
+  let timedOut = false
+  const timer = setTimeout(() => {
+    timedOut = true
+    controller.abort(new DOMException(`${tool.name} timed out after ${opts.timeoutMs} ms`, 'TimeoutError'))
+  }, opts.timeoutMs)
+  const forwardAbort = () => controller.abort(ctx.signal.reason)
+  ctx.signal.addEventListener('abort', forwardAbort, { once: true })
+  const abortedSignal = new Promise<Settled>((resolve) => {
+    controller.signal.addEventListener('abort', () => resolve({ kind: 'aborted' }), { once: true })
+  })
+
+  try {
+    // new Promise also catches a synchronous throw from execute.
+    const execution = new Promise<unknown>((resolve) => resolve(tool.execute(rawInput, { ...ctx, signal: controller.signal })))
+    const settled = await Promise.race<Settled>([
+      execution.then(
+        (value) => ({ kind: 'value', value }),
+        (error: unknown) => ({ kind: 'error', error })
+      ),
+      abortedSignal
+    ])
+    if (settled.kind === 'aborted') {
+      return failed(timedOut ? toolTimeout(tool.name, opts.timeoutMs, rawInput) : toolInterrupted(tool.name))
+    }
+    if (settled.kind === 'error') {
+      return failed(classifyToolError(tool.name, settled.error, rawInput, { workspace: ctx.workspace }))
+    }
+    if (isLogicalFailure(settled.value)) {
+      const error = classifyToolError(tool.name, settled.value, rawInput, { workspace: ctx.workspace })
+      return failed(capDetail(error, opts.maxOutputBytes))
+    }
+    const capped = capResult(settled.value, opts.maxOutputBytes)
+    if (!capped.ok) return failed(capped.error)
+    return { ok: true, result: capped.result, truncated: capped.truncated, durationMs: elapsed() }
+  } catch (err) {
+    return failed(classifyToolError(tool.name, err, rawInput, { workspace: ctx.workspace }))
+  } finally {
+    clearTimeout(timer)
+    ctx.signal.removeEventListener('abort', forwardAbort)
+  }
+}
+
+type Capped = { ok: true; result: unknown; truncated: boolean } | { ok: false; error: ClassifiedError }
+
+/**
+ * Keeps a result within `maxBytes` of JSON. A string is cut directly; anything else too large
+ * becomes the cut text of its JSON, since a partial object cannot be rebuilt faithfully.
+ */
+export function capResult(value: unknown, maxBytes: number): Capped {
+  if (value === undefined) return { ok: true, result: null, truncated: false }
+  if (typeof value === 'string') {
+    const cut = truncateUtf8(value, maxBytes)
+    return cut.truncated
+      ? { ok: true, result: cut.text + truncationNote(Buffer.byteLength(cut.text), cut.bytes), truncated: true }
+      : { ok: true, result: value, truncated: false }
+  }
+  let json: string | undefined
+  try {
+    json = JSON.stringify(value)
+  } catch (err) {
+    return {
+      ok: false,
+      error: classified({
+        errorType: 'runtime',
+        code: 'UNKNOWN',
+        message: `The tool returned a result that cannot be turned into JSON: ${(err as Error).message}`,
+        recommendations: ['This is a defect of the tool; try another approach.']
+      })
+    }
+  }
+  if (json === undefined) return { ok: true, result: null, truncated: false }
+  const cut = truncateUtf8(json, maxBytes)
+  if (!cut.truncated) return { ok: true, result: value, truncated: false }
+  return { ok: true, result: cut.text + truncationNote(Buffer.byteLength(cut.text), cut.bytes), truncated: true }
+}
+
+function capDetail(error: ClassifiedError, maxBytes: number): ClassifiedError {
+  if (error.detail === undefined) return error
+  const capped = capResult(error.detail, maxBytes)
+  if (capped.ok && !capped.truncated) return error
+  return { ...error, detail: { truncated: true, preview: capped.ok ? capped.result : null } }
+}
+
+export interface ConcurrencyLimiter {
+  /** Runs `fn` once fewer than `max` calls of the same key are running; a queued call leaves the queue when `signal` fires. */
+  run<T>(key: string, fn: () => Promise<T>, signal?: AbortSignal): Promise<T>
+  /** Calls of `key` running now. */
+  active(key: string): number
+  /** Calls of `key` waiting for a slot. */
+  queued(key: string): number
+}
+
+/** A per-key (per-session) limit on concurrent tool calls; keys do not wait for each other. */
+export function createConcurrencyLimiter(max: number): ConcurrencyLimiter {
+  if (!Number.isInteger(max) || max < 1) throw new RangeError(`max must be a positive integer, got ${max}`)
+  const lanes = new Map<string, { active: number; waiting: Array<() => void> }>()
+
+  const lane = (key: string) => {
+    let l = lanes.get(key)
+    if (!l) {
+      l = { active: 0, waiting: [] }
+      lanes.set(key, l)
+    }
+    return l
+  }
+
+  const release = (key: string) => {
+    const l = lanes.get(key)
+    if (!l) return
+    const next = l.waiting.shift()
+    if (next) next()
+    else {
+      l.active--
+      if (l.active === 0) lanes.delete(key)
+    }
+  }
+
+  const acquire = (key: string, signal?: AbortSignal): Promise<void> => {
+    const l = lane(key)
+    if (l.active < max) {
+      l.active++
+      return Promise.resolve()
+    }
+    return new Promise<void>((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason)
+        return
+      }
+      // A released slot passes straight to the next waiter, so `active` stays counted.
+      const grant = () => {
+        signal?.removeEventListener('abort', onAbort)
+        resolve()
+      }
+      const onAbort = () => {
+        const i = l.waiting.indexOf(grant)
+        if (i >= 0) l.waiting.splice(i, 1)
+        reject(signal?.reason)
+      }
+      signal?.addEventListener('abort', onAbort, { once: true })
+      l.waiting.push(grant)
+    })
+  }
+
+  return {
+    async run<T>(key: string, fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+      await acquire(key, signal)
+      try {
+        return await fn()
+      } finally {
+        release(key)
+      }
+    },
+    active: (key) => lanes.get(key)?.active ?? 0,
+    queued: (key) => lanes.get(key)?.waiting.length ?? 0
+  }
+}

@@ -1,0 +1,97 @@
+import { lstat, mkdir, readlink, realpath } from 'node:fs/promises'
+import path from 'node:path'
+import { ToolFailure } from '../agent/classify.ts'
+
+export interface ResolveOptions {
+  /** The path must exist (else NOT_FOUND, a logical error). */
+  mustExist?: boolean
+  /** The path will be written: the workspace root itself is refused. */
+  forWrite?: boolean
+}
+
+/**
+ * Resolves a path the model gave (relative to the workspace, or absolute inside it) to an absolute
+ * real path inside the workspace. Symbolic links are followed through realpath, also dangling ones
+ * and for paths that do not exist yet (the nearest existing parent is realpath'ed), so no link can
+ * lead out. Anything outside is refused with PATH_TRAVERSAL.
+ */
+export async function resolveInWorkspace(root: string, relPath: string, options: ResolveOptions = {}): Promise<string> {
+  if (typeof relPath !== 'string' || relPath.includes('\0')) {
+    throw new ToolFailure('VALIDATION_ERROR', 'The path must be a string without NUL characters.', { path: String(relPath) })
+  }
+  const realRoot = await realpath(root)
+  const lexical = path.resolve(realRoot, relPath)
+  if (!isInside(realRoot, lexical)) throw traversal(relPath)
+  const resolved = await realpathAllowMissing(lexical, 0)
+  if (!isInside(realRoot, resolved.path)) throw traversal(relPath)
+  if (options.mustExist && !resolved.exists) {
+    throw new ToolFailure('NOT_FOUND', `"${relPath}" does not exist in the workspace.`, { path: relPath })
+  }
+  if (options.forWrite && resolved.path === realRoot) {
+    throw new ToolFailure('IO_ERROR', 'The workspace root is a directory and cannot be written as a file.', {
+      path: relPath,
+      reason: 'is_directory'
+    })
+  }
+  return resolved.path
+}
+
+/** The workspace-relative form of an absolute path inside it ("." for the root), with "/" separators. */
+export function toWorkspacePath(root: string, absolute: string): string {
+  const relative = path.relative(root, absolute)
+  return relative === '' ? '.' : relative.split(path.sep).join('/')
+}
+
+/** True when `candidate` is `root` or below it (both absolute and normalised). */
+export function isInside(root: string, candidate: string): boolean {
+  if (candidate === root) return true
+  const prefix = root.endsWith(path.sep) ? root : root + path.sep
+  return candidate.startsWith(prefix)
+}
+
+const sessionFolder = /^[A-Za-z0-9_-]{1,128}$/
+
+/** Creates `<rootDir>/<sessionId>` if needed and returns its real path. */
+export async function ensureWorkspace(rootDir: string, sessionId: string): Promise<string> {
+  if (!sessionFolder.test(sessionId)) throw new Error(`Invalid session id for a workspace folder: ${JSON.stringify(sessionId)}`)
+  const dir = path.join(path.resolve(rootDir), sessionId)
+  await mkdir(dir, { recursive: true })
+  return realpath(dir)
+}
+
+function traversal(relPath: string): ToolFailure {
+  return new ToolFailure('PATH_TRAVERSAL', `"${relPath}" is outside the session workspace.`, { path: relPath })
+}
+
+const maxLinkHops = 40
+
+/** realpath for paths that may not exist yet: the real path of the nearest existing ancestor plus the rest. */
+async function realpathAllowMissing(target: string, hops: number): Promise<{ path: string; exists: boolean }> {
+  let current = target
+  const rest: string[] = []
+  for (;;) {
+    try {
+      const real = await realpath(current)
+      return { path: path.join(real, ...rest), exists: rest.length === 0 }
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err
+    }
+    // A dangling link would be created through on write, so its target is what must stay inside.
+    const isLink = await lstat(current).then(
+      (s) => s.isSymbolicLink(),
+      () => false
+    )
+    if (isLink) {
+      if (hops >= maxLinkHops) {
+        throw new ToolFailure('IO_ERROR', 'Too many levels of symbolic links.', { errno: 'ELOOP' })
+      }
+      const linkTarget = path.resolve(path.dirname(current), await readlink(current))
+      return realpathAllowMissing(path.join(linkTarget, ...rest), hops + 1)
+    }
+    const parent = path.dirname(current)
+    if (parent === current) return { path: path.join(current, ...rest), exists: false }
+    rest.unshift(path.basename(current))
+    current = parent
+  }
+}

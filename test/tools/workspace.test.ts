@@ -1,0 +1,71 @@
+import t from 'tap'
+import type { Test } from 'tap'
+import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { ToolFailure } from '../../src/agent/classify.ts'
+import { ensureWorkspace, resolveInWorkspace, toWorkspacePath } from '../../src/tools/workspace.ts'
+import { makeWorkspace } from '../fixtures/tools/context.ts'
+
+const refusedAs = async (t: Test, promise: Promise<unknown>, code: string) => {
+  const err = await promise.then(
+    () => null,
+    (e: unknown) => e
+  )
+  t.ok(err instanceof ToolFailure, 'rejects with a ToolFailure')
+  t.equal((err as ToolFailure).code, code)
+}
+
+t.test('paths resolve inside the workspace or are refused with PATH_TRAVERSAL', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  await writeFile(path.join(ws.base, 'secret.txt'), 'outside')
+  await mkdir(path.join(ws.root, 'src'))
+  await writeFile(path.join(ws.root, 'src', 'a.ts'), 'x')
+
+  t.equal(await resolveInWorkspace(ws.root, 'src/a.ts', { mustExist: true }), path.join(ws.root, 'src', 'a.ts'))
+  t.equal(await resolveInWorkspace(ws.root, './src/../src/a.ts'), path.join(ws.root, 'src', 'a.ts'), 'a detour that stays inside is fine')
+  t.equal(await resolveInWorkspace(ws.root, path.join(ws.root, 'src')), path.join(ws.root, 'src'), 'an absolute path inside is fine')
+  t.equal(await resolveInWorkspace(ws.root, 'new/dir/file.txt'), path.join(ws.root, 'new', 'dir', 'file.txt'), 'a path that does not exist yet')
+
+  await refusedAs(t, resolveInWorkspace(ws.root, '../secret.txt'), 'PATH_TRAVERSAL')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'src/../../secret.txt'), 'PATH_TRAVERSAL')
+  await refusedAs(t, resolveInWorkspace(ws.root, '/etc/passwd'), 'PATH_TRAVERSAL')
+  await refusedAs(t, resolveInWorkspace(ws.root, path.join(ws.base, 'secret.txt')), 'PATH_TRAVERSAL')
+})
+
+t.test('symbolic links cannot lead out of the workspace', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  await mkdir(path.join(ws.base, 'outside'))
+  await writeFile(path.join(ws.base, 'outside', 'secret.txt'), 'outside')
+  await symlink(path.join(ws.base, 'outside'), path.join(ws.root, 'dirlink'))
+  await symlink(path.join(ws.base, 'outside', 'secret.txt'), path.join(ws.root, 'filelink'))
+  await symlink(path.join(ws.base, 'outside', 'not-yet.txt'), path.join(ws.root, 'dangling'))
+  await writeFile(path.join(ws.root, 'inside.txt'), 'in')
+  await symlink('inside.txt', path.join(ws.root, 'goodlink'))
+
+  await refusedAs(t, resolveInWorkspace(ws.root, 'filelink'), 'PATH_TRAVERSAL')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'dirlink/secret.txt'), 'PATH_TRAVERSAL')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'dirlink/new.txt', { forWrite: true }), 'PATH_TRAVERSAL')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'dangling', { forWrite: true }), 'PATH_TRAVERSAL')
+  t.equal(await resolveInWorkspace(ws.root, 'goodlink'), path.join(ws.root, 'inside.txt'), 'a link inside resolves to its target')
+})
+
+t.test('mustExist reports a missing path as NOT_FOUND, forWrite refuses the root', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  await refusedAs(t, resolveInWorkspace(ws.root, 'nope.txt', { mustExist: true }), 'NOT_FOUND')
+  await refusedAs(t, resolveInWorkspace(ws.root, '.', { forWrite: true }), 'IO_ERROR')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'a\0b'), 'VALIDATION_ERROR')
+})
+
+t.test('ensureWorkspace creates the session folder and returns its real path', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const dir = await ensureWorkspace(ws.base, 'ses_other')
+  t.equal(dir, await realpath(path.join(ws.base, 'ses_other')))
+  t.equal(await ensureWorkspace(ws.base, 'ses_other'), dir, 'idempotent')
+  await t.rejects(ensureWorkspace(ws.base, '../escape'), /Invalid session id/)
+  t.equal(toWorkspacePath(dir, path.join(dir, 'a', 'b')), 'a/b')
+  t.equal(toWorkspacePath(dir, dir), '.')
+})
