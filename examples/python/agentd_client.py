@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""A minimal agentd client in Python, standard library only.
+
+It creates a session, sends one message, follows the run's events over Server-Sent Events,
+and prints the assistant's final answer:
+
+    python3 agentd_client.py --base-url http://127.0.0.1:3000 [--api-key KEY] "What is in my workspace?"
+
+Output: one line per event on stderr (`seq type data-as-json`), and the final assistant text on
+stdout, so `answer=$(python3 agentd_client.py "hi")` captures just the answer while the events
+still scroll by.
+
+Exit status: 0 when the run completed; 1 when it ended any other way (failed, interrupted,
+max_steps); 2 when agentd answered with an HTTP error or could not be reached.
+
+If the connection drops mid-run, the client reconnects to GET /v1/sessions/{id}/events?until=done
+with the Last-Event-ID header: agentd replays what was missed, then goes on live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import http.client
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+# agentd sends ': ping' every 15 s, so a minute of silence means the connection is dead.
+STREAM_TIMEOUT_S = 60
+MAX_RECONNECTS = 5
+# Used until the server's `retry:` field says otherwise (agentd opens every stream with retry: 2000).
+DEFAULT_RETRY_MS = 2000
+
+
+class ApiError(Exception):
+    """A non-2xx answer from agentd, with the code and message of its error envelope."""
+
+    def __init__(self, status: int, code: str, message: str, request_id: str | None):
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+@dataclass
+class SseEvent:
+    """One dispatched Server-Sent Event."""
+
+    type: str
+    data: str
+    # The stream's last event ID when this event was dispatched (what Last-Event-ID resumes from).
+    last_event_id: str | None
+
+
+class SseParser:
+    """Turns the text of an event stream into events, per the WHATWG Server-Sent Events rules."""
+
+    def __init__(self) -> None:
+        self.last_event_id: str | None = None
+        self.retry_ms: int | None = None
+        self._pending = ""
+        self._started = False
+        self._type = ""
+        self._data: list[str] = []
+
+    def feed(self, text: str) -> list[SseEvent]:
+        """Parses the next piece of the stream; returns the events it completed."""
+        if not self._started and text:
+            self._started = True
+            text = text.removeprefix("\ufeff")
+        text = self._pending + text
+        # A piece that ends in \r may be the first half of \r\n; keep it so it is not read as two line ends.
+        held = ""
+        if text.endswith("\r"):
+            text, held = text[:-1], "\r"
+        *lines, rest = re.split(r"\r\n|\r|\n", text)
+        self._pending = rest + held
+        events = []
+        for line in lines:
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _line(self, line: str) -> SseEvent | None:
+        if line == "":
+            return self._dispatch()
+        if line.startswith(":"):
+            return None  # a comment, such as agentd's ': ping' keep-alive
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._type = value
+        elif name == "id" and "\0" not in value:
+            self.last_event_id = value
+        elif name == "retry" and re.fullmatch(r"[0-9]+", value):
+            self.retry_ms = int(value)
+        # Any other field is ignored, as the standard says.
+        return None
+
+    def _dispatch(self) -> SseEvent | None:
+        data, event_type = self._data, self._type
+        self._data, self._type = [], ""
+        if not data:
+            return None  # a block without data (e.g. only `retry:`) dispatches nothing
+        return SseEvent(type=event_type or "message", data="\n".join(data), last_event_id=self.last_event_id)
+
+
+class AgentdClient:
+    """The few agentd calls this example needs."""
+
+    def __init__(self, base_url: str, api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+
+    def create_session(self, body: dict | None = None) -> dict:
+        """POST /v1/sessions; returns the Session."""
+        with self._open("POST", "/v1/sessions", body or {}, accept="application/json", timeout=30) as response:
+            return json.load(response)
+
+    def stream_message(self, session_id: str, content: str):
+        """Sends a message and yields its run's events until `done`, reconnecting with Last-Event-ID if the stream drops."""
+        response = self._open(
+            "POST", f"/v1/sessions/{session_id}/messages", {"content": content},
+            accept="text/event-stream", timeout=STREAM_TIMEOUT_S,
+        )
+        parser = SseParser()
+        reconnects = 0
+        while True:
+            try:
+                with response:
+                    for event in read_events(response, parser):
+                        yield event
+                        if event.type == "done":
+                            return
+                raise ConnectionError("the stream ended before the run was done")
+            except (OSError, http.client.HTTPException) as err:
+                reconnects += 1
+                if reconnects > MAX_RECONNECTS:
+                    raise
+                delay_s = (parser.retry_ms if parser.retry_ms is not None else DEFAULT_RETRY_MS) / 1000
+                # A new session has no events before this run, so "0" replays the whole run.
+                resume_from = parser.last_event_id or "0"
+                print(f"stream dropped ({err or type(err).__name__}); reconnecting in {delay_s:g} s "
+                      f"from event {resume_from}", file=sys.stderr)
+                time.sleep(delay_s)
+                response = self._open(
+                    "GET", f"/v1/sessions/{session_id}/events?until=done", None,
+                    accept="text/event-stream", timeout=STREAM_TIMEOUT_S, headers={"Last-Event-ID": resume_from},
+                )
+
+    def _open(self, method: str, path: str, body: dict | None, accept: str, timeout: float, headers: dict | None = None):
+        request = urllib.request.Request(self.base_url + path, method=method)
+        request.add_header("Accept", accept)
+        request.add_header("User-Agent", "agentd-python-example/1")
+        if self.api_key:
+            request.add_header("Authorization", f"Bearer {self.api_key}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+            request.data = json.dumps(body).encode("utf-8")
+        try:
+            return urllib.request.urlopen(request, timeout=timeout)
+        except urllib.error.HTTPError as err:
+            raise api_error(err) from None
+
+
+def api_error(err: urllib.error.HTTPError) -> ApiError:
+    """Reads agentd's error envelope, {"error": {"code", "message", "requestId", ...}}, from an HTTP error."""
+    try:
+        envelope = json.loads(err.read().decode("utf-8"))["error"]
+        return ApiError(err.code, envelope["code"], envelope["message"], envelope.get("requestId"))
+    except (ValueError, KeyError, TypeError):
+        return ApiError(err.code, f"HTTP_{err.code}", err.reason or "no error envelope", err.headers.get("x-request-id"))
+
+
+def read_events(response, parser: SseParser):
+    """Yields the events of an SSE response as its bytes arrive."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    while True:
+        chunk = response.read1(65536)  # returns as soon as some bytes are there
+        if not chunk:
+            return
+        yield from parser.feed(decoder.decode(chunk))
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = argparse.ArgumentParser(description="Send one message to agentd and follow the run.")
+    arguments.add_argument("--base-url", default=os.environ.get("AGENTD_URL", "http://127.0.0.1:3000"))
+    arguments.add_argument("--api-key", default=os.environ.get("AGENTD_API_KEY"),
+                           help="sent as Authorization: Bearer KEY (default: $AGENTD_API_KEY)")
+    arguments.add_argument("message")
+    args = arguments.parse_args(argv)
+
+    client = AgentdClient(args.base_url, args.api_key)
+    texts: dict[int, str] = {}  # the assistant text of each step
+    done: dict | None = None
+    failure: dict | None = None
+    try:
+        session = client.create_session()
+        print(f"session {session['id']}", file=sys.stderr)
+        for frame in client.stream_message(session["id"], args.message):
+            event = json.loads(frame.data)  # the agentd Event: {seq, type, channel, runId, data, ...}
+            data = event["data"]
+            print(f"{event['seq']} {event['type']} {json.dumps(data, separators=(',', ':'))}", file=sys.stderr)
+            if event["type"] == "text_chunk_end":
+                texts[data["step"]] = data["text"]
+            elif event["type"] == "error" and data.get("severity") == "error":
+                failure = data["detail"]
+            elif event["type"] == "done":
+                done = data
+    except ApiError as err:
+        request_id = f", request {err.request_id}" if err.request_id else ""
+        print(f"error: {err.code}: {err.message} (HTTP {err.status}{request_id})", file=sys.stderr)
+        return 2
+    except (OSError, http.client.HTTPException) as err:
+        print(f"error: cannot reach agentd at {args.base_url}: {err}", file=sys.stderr)
+        return 2
+
+    assert done is not None  # stream_message only returns after `done`
+    final_text = texts.get(done["step"], "")
+    if final_text:
+        print(final_text)
+    if done["reason"] == "completed":
+        return 0
+    detail = f": {failure['code']}: {failure['message']}" if failure else ""
+    print(f"run ended: {done['reason']}{detail}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

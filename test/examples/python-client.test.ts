@@ -1,0 +1,169 @@
+import { execFile } from 'node:child_process'
+import { connect, createServer, type Socket } from 'node:net'
+import { fileURLToPath } from 'node:url'
+import t from 'tap'
+import { buildTestApp, listen, type TapTest } from '../helpers/app.ts'
+
+const script = fileURLToPath(new URL('../../examples/python/agentd_client.py', import.meta.url))
+const API_KEY = 'python-client-test-key-0123'
+
+interface Outcome {
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+/** Runs the example client to its end (at most 15 s) and collects what it printed. */
+function runClient(args: string[]): Promise<Outcome> {
+  return new Promise((resolve) => {
+    execFile('python3', [script, ...args], { timeout: 15_000 }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : null) : 0
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
+
+/** The `seq type json` lines the client printed, parsed. */
+function printedEvents(stderr: string): Array<{ seq: number; type: string; data: Record<string, unknown> }> {
+  return stderr
+    .split('\n')
+    .map((line) => /^(\d+) (\S+) (\{.*\})$/.exec(line))
+    .filter((match) => match !== null)
+    .map((match) => ({ seq: Number(match[1]), type: match[2] as string, data: JSON.parse(match[3] as string) }))
+}
+
+const textRunTypes = [
+  'state_changed', 'text_chunk_start', 'text_chunk', 'text_chunk', 'text_chunk', 'text_chunk', 'text_chunk_end',
+  'token_usage', 'step_complete', 'state_changed', 'done'
+]
+
+async function startService(t: TapTest) {
+  const { app, devModel } = await buildTestApp(t, { env: { AGENTD_API_KEYS: `python:${API_KEY}` } })
+  return { base: await listen(app), devModel }
+}
+
+t.test('a completed run prints every event in order and the final text, and exits 0', async (t) => {
+  const { base, devModel } = await startService(t)
+  devModel.script({ text: 'The answer is 42.', chunks: 4 })
+
+  const out = await runClient(['--base-url', base, '--api-key', API_KEY, 'What is the answer?'])
+  t.equal(out.code, 0, 'exits 0', { stderr: out.stderr })
+  t.equal(out.stdout, 'The answer is 42.\n')
+  const events = printedEvents(out.stderr)
+  t.same(events.map((e) => e.type), textRunTypes)
+  t.same(events.map((e) => e.seq), events.map((_, i) => i + 1))
+  t.same(events.filter((e) => e.type === 'text_chunk').map((e) => e.data.delta).join(''), 'The answer is 42.')
+  t.match(out.stderr, /^session ses_/)
+  t.same(devModel.requests[0]?.body.messages.at(-1), { role: 'user', content: 'What is the answer?' })
+})
+
+t.test('a run that fails on a model 401 exits non-zero and names AUTHENTICATION_ERROR', async (t) => {
+  const { base, devModel } = await startService(t)
+  devModel.script({ status: 401 })
+
+  const out = await runClient(['--base-url', base, '--api-key', API_KEY, 'hello'])
+  t.equal(out.code, 1)
+  t.equal(out.stdout, '')
+  t.same(printedEvents(out.stderr).map((e) => e.type), ['state_changed', 'error', 'state_changed', 'done'])
+  t.match(out.stderr, /^run ended: failed: AUTHENTICATION_ERROR: /m)
+})
+
+t.test('an HTTP error prints the envelope code and message and exits 2', async (t) => {
+  const { base } = await startService(t)
+  const out = await runClient(['--base-url', base, '--api-key', 'not-the-key-at-all', 'hello'])
+  t.equal(out.code, 2)
+  t.match(out.stderr, /^error: UNAUTHORIZED: The API key is not valid \(HTTP 401, request \S+\)$/m)
+})
+
+t.test('a dropped stream is resumed with Last-Event-ID: nothing missed, nothing repeated', async (t) => {
+  const { base, devModel } = await startService(t)
+  devModel.script({ text: 'Still here after the cut.', chunks: 4 })
+  const proxy = await startCuttingProxy(t, Number(new URL(base).port), 4)
+
+  const out = await runClient(['--base-url', proxy.url, '--api-key', API_KEY, 'hello'])
+  t.equal(out.code, 0, 'exits 0', { stderr: out.stderr })
+  t.ok(proxy.cut, 'the proxy cut the first event stream')
+  t.match(out.stderr, /reconnecting in 2 s from event 3/, 'resumes after the last event it got, after the server\'s retry')
+  const events = printedEvents(out.stderr)
+  t.same(events.map((e) => e.type), textRunTypes)
+  t.same(events.map((e) => e.seq), events.map((_, i) => i + 1))
+  t.equal(out.stdout, 'Still here after the cut.\n')
+})
+
+t.test('the SSE parser follows the standard: multi-line data, comments, retry, ids and split line ends', async (t) => {
+  const program = [
+    'import json, sys',
+    `sys.path.insert(0, ${JSON.stringify(fileURLToPath(new URL('../../examples/python', import.meta.url)))})`,
+    'from agentd_client import SseParser',
+    'parser = SseParser()',
+    'events = []',
+    'for piece in json.load(sys.stdin):',
+    '    events += [e.__dict__ for e in parser.feed(piece)]',
+    'print(json.dumps({"events": events, "retry": parser.retry_ms, "lastId": parser.last_event_id}))'
+  ].join('\n')
+  const pieces = [
+    '\ufeffretry: 1500\n\n: ping\n\nid: 7\nevent: text_chunk\ndata: {"a":\ndata:1}\n\n',
+    'data: no event name\r',
+    '\n\r\n',
+    'id: 8\rdata:  two spaces\r\rid\ndata\n\nevent: empty\n\n',
+    'data: unfinished'
+  ]
+  const out = await new Promise<string>((resolve, reject) => {
+    const child = execFile('python3', ['-c', program], { timeout: 10_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)))
+    child.stdin?.end(JSON.stringify(pieces))
+  })
+  t.same(JSON.parse(out), {
+    events: [
+      { type: 'text_chunk', data: '{"a":\n1}', last_event_id: '7' },
+      { type: 'message', data: 'no event name', last_event_id: '7' },
+      { type: 'message', data: ' two spaces', last_event_id: '8' },
+      { type: 'message', data: '', last_event_id: '' }
+    ],
+    retry: 1500,
+    lastId: ''
+  })
+})
+
+/**
+ * A TCP proxy in front of the service that cuts the first SSE response after `frames` frames
+ * (the `retry:` frame counts) and passes everything else through.
+ */
+async function startCuttingProxy(t: TapTest, targetPort: number, frames: number): Promise<{ url: string; cut: boolean }> {
+  const sockets = new Set<Socket>()
+  const state = { url: '', cut: false }
+  const server = createServer((client) => {
+    const upstream = connect(targetPort, '127.0.0.1')
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('close', () => sockets.delete(socket))
+      socket.on('error', () => socket.destroy())
+    }
+    client.on('close', () => upstream.destroy())
+    upstream.on('close', () => client.destroy())
+    client.pipe(upstream)
+
+    let seen = ''
+    upstream.on('data', (data: Buffer) => {
+      if (state.cut || (seen === '' && !data.includes('text/event-stream'))) return void client.write(data)
+      seen += data.toString('latin1')
+      let end = 0
+      for (let i = 0; i < frames; i++) {
+        end = seen.indexOf('\n\n', end)
+        if (end < 0) return void client.write(data)
+        end += 2
+      }
+      state.cut = true
+      client.end(data.subarray(0, data.length - (seen.length - end)), () => client.destroy())
+      upstream.destroy()
+    })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy()
+    return new Promise<void>((resolve) => server.close(() => resolve()))
+  })
+  const address = server.address()
+  if (!address || typeof address === 'string') throw new Error('no proxy address')
+  state.url = `http://127.0.0.1:${address.port}`
+  return state
+}
