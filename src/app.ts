@@ -10,6 +10,8 @@ import { EventLog } from './events/event-log.ts'
 import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
 import { ApiError, errorEnvelopePlugin } from './http/errors.ts'
+import { idempotencyPlugin } from './http/idempotency.ts'
+import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import type { ModelProvider } from './model/types.ts'
@@ -22,6 +24,7 @@ import { EventSchema } from './schemas/events.ts'
 import { MessageSchema, RunSchema } from './schemas/messages.ts'
 import { SessionSchema } from './schemas/sessions.ts'
 import { openStore } from './store/index.ts'
+import { observeStore } from './store/observed.ts'
 import type { Store } from './store/store.ts'
 import { ToolCatalog } from './tools/catalog.ts'
 import { version } from './version.ts'
@@ -47,6 +50,8 @@ export interface Services {
   openStream(request: FastifyRequest, res: ServerResponse, options: StreamRequest): void
   /** Stops taking work (503), gives active runs up to graceMs to finish, then ends them and open streams. */
   drain(graceMs: number): Promise<void>
+  /** How many SSE streams are open now (metrics). */
+  readonly streamCount: number
 }
 
 /** What a route asks of an event stream; the rest (ping, headers, buffering) is the app's. */
@@ -115,12 +120,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // JSON only: without this Fastify would parse text/plain bodies too.
   app.removeContentTypeParser('text/plain')
 
-  const store = options.store ?? (await openStore(config))
-  if (!options.store) app.addHook('onClose', async () => store.close())
-
   const state: ServiceState = { draining: false, storeFailure: null }
   // Fastify's logger is pino; its published type is a narrower view of the same object.
   const log = app.log as unknown as Logger
+  const rawStore = options.store ?? (await openStore(config))
+  if (!options.store) app.addHook('onClose', async () => rawStore.close())
+  const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   const events = new EventLog(store)
   const tools = new ToolCatalog(config)
   const runs = new RunManager({
@@ -143,6 +148,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     state,
     events,
     runs,
+    get streamCount() {
+      return streams.size
+    },
     openStream(request, res, stream) {
       const open = openEventStream(res, store, events, {
         ...stream,
@@ -172,7 +180,15 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
   await app.register(openApiPlugin, { version })
-  await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths: ['/metrics', '/openapi.json', '/docs', '/docs/*'] })
+  await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths: [...(config.metricsPublic ? ['/metrics'] : []), '/openapi.json', '/docs', '/docs/*'] })
+
+  await app.register(idempotencyPlugin, {
+    store,
+    replayStream: (request, reply, answer) => {
+      reply.hijack()
+      app.agentd.openStream(request, reply.raw, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
+    }
+  })
 
   app.addHook('onRequest', async (request) => {
     if (state.draining && !DRAIN_OPEN.has(request.url.split('?')[0] ?? '')) {
@@ -180,9 +196,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }
   })
 
+  await app.register(metricsPlugin)
   await app.register(healthRoutes)
   await app.register(sessionRoutes)
   await app.register(messageRoutes)
   await app.register(eventRoutes)
+
+  // Runs a previous process left unfinished are ended or queued again before any request.
+  await runs.recover()
   return app
 }

@@ -84,6 +84,17 @@ export class RunExecution {
     this.#log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
   }
 
+  /** An execution that only ends a run left over by a previous process (see abandonAfterRestart). */
+  static forRecovery(session: SessionRecord, run: RunRecord, deps: RunDependencies): RunExecution {
+    const noTools: RunHooks = {
+      tools: { names: [], definitions: [], get: () => undefined },
+      executeTool: async () => { throw new Error('a recovered run executes no tools') },
+      waitForApproval: async () => { throw new Error('a recovered run waits for nothing') },
+      waitForToolResult: async () => { throw new Error('a recovered run waits for nothing') }
+    }
+    return new RunExecution(session, run, deps, noTools, new AbortController().signal)
+  }
+
   /** Emits an event of this run; resolves once it is committed. */
   emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<EventRecord> {
     return this.#deps.events.append({
@@ -369,22 +380,74 @@ export class RunExecution {
 
   /** After an interrupt mid-step: every call of this run without a tool message gets one. */
   async #sealOpenCalls(): Promise<void> {
+    for (const { call, record } of await this.#openCalls()) {
+      await this.#sealCall(record, toolInterrupted(call.name), Date.parse(record.startedAt))
+    }
+  }
+
+  /** This run's tool calls that have no tool message yet, with their stored state (or a new one). */
+  async #openCalls(): Promise<Array<{ call: MessageToolCall; record: ToolCallRecord }>> {
     const { store } = this.#deps
     const messages = await store.listMessages(this.#session.id)
-    const answered = new Set(messages.filter((m) => m.role === 'tool').map((m) => m.toolCallId))
-    for (const message of messages) {
-      if (message.runId !== this.run.id || message.role !== 'assistant') continue
-      for (const call of message.toolCalls ?? []) {
-        if (answered.has(call.id)) continue
-        const existing = await store.getToolCall(this.#session.id, call.id)
-        const record: ToolCallRecord = existing ?? {
+    const open: Array<{ call: MessageToolCall; record: ToolCallRecord }> = []
+    for (const call of unansweredCalls(messages, this.run.id)) {
+      const existing = await store.getToolCall(this.#session.id, call.id)
+      open.push({
+        call,
+        record: existing ?? {
           id: call.id, sessionId: this.#session.id, runId: this.run.id, step: this.#steps, name: call.name,
           input: call.arguments, state: 'pending', startedAt: now(), endedAt: null, durationMs: null
         }
-        await this.#sealCall(record, toolInterrupted(call.name), Date.parse(record.startedAt))
-      }
+      })
     }
+    return open
   }
+
+  /**
+   * Ends a run that a previous process left unfinished (crash, kill -9): announces it with
+   * run_recovered, seals every call that never got its result, and fails the run.
+   */
+  async abandonAfterRestart(): Promise<void> {
+    const { store } = this.#deps
+    const previousStatus = this.run.status
+    this.#steps = this.run.steps
+    try {
+      const messages = await store.listMessages(this.#session.id)
+      if (!messages.some((m) => m.id === this.run.messageId)) {
+        await store.addMessage({
+          id: this.run.messageId, sessionId: this.#session.id, runId: this.run.id, role: 'user', content: this.run.input, createdAt: now()
+        })
+      }
+      const open = await this.#openCalls()
+      await this.emit('monitor', 'run_recovered', { runId: this.run.id, previousStatus, sealedCalls: open.map((o) => o.call.id) })
+      for (const { call, record } of open) await this.#sealCall(record, unfinishedCallError(call.name), Date.parse(record.startedAt))
+    } catch (err) {
+      this.#log.error({ err }, 'could not seal the calls of a recovered run')
+    }
+    await this.#end('failed', 'failed', classified({
+      errorType: 'exception', code: 'UNKNOWN', fatal: true, retryable: true,
+      message: `The service stopped while this run was ${previousStatus}; the run was ended when it restarted`,
+      recommendations: ['Send the message again to continue; the conversation holds everything committed before the stop.']
+    }))
+  }
+}
+
+/** The tool calls in these messages (of one run, if given) that have no tool message answering them. */
+export function unansweredCalls(messages: MessageRecord[], runId?: string): MessageToolCall[] {
+  const answered = new Set(messages.filter((m) => m.role === 'tool').map((m) => m.toolCallId))
+  return messages
+    .filter((m) => m.role === 'assistant' && (runId === undefined || m.runId === runId))
+    .flatMap((m) => m.toolCalls ?? [])
+    .filter((call) => !answered.has(call.id))
+}
+
+/** The sealed result of a call that cannot finish any more (restart, fork). */
+export function unfinishedCallError(toolName: string, because = 'the service stopped while it ran'): ClassifiedError {
+  return classified({
+    errorType: 'aborted', code: 'UNKNOWN', retryable: false,
+    message: `${toolName} did not finish: ${because}`,
+    recommendations: [`Its effects are unknown; check the state before calling ${toolName} again.`]
+  })
 }
 
 /** The session's status while its active run has this status. */
@@ -432,7 +495,8 @@ function maxTokensError(maxTokens: number, used: number): ClassifiedError {
   })
 }
 
-function toolMessage(sessionId: string, runId: string, callId: string, content: unknown): MessageRecord {
+/** A tool message answering one call; content is the result as the model will read it. */
+export function toolMessage(sessionId: string, runId: string, callId: string, content: unknown): MessageRecord {
   return {
     id: newId('msg'), sessionId, runId, role: 'tool', toolCallId: callId,
     content: typeof content === 'string' ? content : JSON.stringify(content ?? null), createdAt: now()

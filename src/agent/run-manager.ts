@@ -101,6 +101,35 @@ export class RunManager {
     return live ? live.finished : null
   }
 
+  /**
+   * After a restart: every run the previous process left unfinished is either queued again (it
+   * never started) or ended as failed with a run_recovered event and its open calls sealed.
+   */
+  async recover(): Promise<{ requeued: number; failed: number }> {
+    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
+    let requeued = 0
+    let failed = 0
+    for (const run of await store.listUnfinishedRuns()) {
+      const session = await store.getSessionById(run.sessionId)
+      if (!session) continue
+      if (run.status === 'queued') {
+        await events.append({
+          sessionId: session.id, runId: run.id, channel: 'monitor', type: 'run_recovered', at: new Date().toISOString(),
+          requestId: run.requestId, data: { runId: run.id, previousStatus: 'queued', sealedCalls: [] }
+        })
+        this.#runsOf(session.id).queue.push(this.#track(session, run))
+        this.#pump(session.id)
+        requeued++
+        continue
+      }
+      const execution = RunExecution.forRecovery(session, run, { store, events, model, retryPolicy, logger, maxSteps })
+      await execution.abandonAfterRestart()
+      failed++
+    }
+    if (requeued + failed > 0) logger.warn({ requeued, failed }, 'recovered runs left unfinished by the previous process')
+    return { requeued, failed }
+  }
+
   /** Cancels the active run of the session; resolves with it once it has stopped. */
   async interrupt(sessionId: string): Promise<RunRecord> {
     const runs = this.#sessions.get(sessionId)

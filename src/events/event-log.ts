@@ -10,6 +10,7 @@ export type EventListener = (event: EventRecord) => void
 export class EventLog {
   readonly #store: Store
   readonly #listeners = new Map<string, Set<EventListener>>()
+  readonly #everything = new Set<EventListener>()
   readonly #tails = new Map<string, Promise<unknown>>()
 
   constructor(store: Store) {
@@ -46,10 +47,15 @@ export class EventLog {
     }
   }
 
+  /** Calls the listener with every committed event of every session (metrics, audit). */
+  subscribeAll(listener: EventListener): () => void {
+    this.#everything.add(listener)
+    return () => this.#everything.delete(listener)
+  }
+
   #publish(event: EventRecord): void {
     const set = this.#listeners.get(event.sessionId)
-    if (!set) return
-    for (const listener of [...set]) {
+    for (const listener of [...(set ?? []), ...this.#everything]) {
       try {
         listener(event)
       } catch {

@@ -44,6 +44,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     })
     request.log.info({ sessionId: session.id, runId: run.id }, 'run submitted')
     if (wantsEventStream(request.headers.accept)) {
+      await request.idempotency?.complete(200, { stream: { sessionId: session.id, runId: run.id }, message: toMessageView(message), run: toRunView(run) })
       reply.hijack()
       app.agentd.openStream(request, reply.raw, { sessionId: session.id, after: session.lastSeq, runId: run.id, untilDone: true })
       return reply

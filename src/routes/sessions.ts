@@ -1,9 +1,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { apiError } from '../http/errors.ts'
+import { toModelToolResult } from '../agent/classify.ts'
+import { toolMessage, unansweredCalls, unfinishedCallError } from '../agent/run-execution.ts'
 import { newId } from '../ids.ts'
 import { emptyUsage, errorResponses, ref } from '../schemas/common.ts'
 import {
-  CreateSessionBodySchema, ListSessionsQuerySchema, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
+  CreateSessionBodySchema, ForkBodySchema, ListSessionsQuerySchema, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
 } from '../schemas/sessions.ts'
 import type { SessionRecord } from '../store/store.ts'
 import { ToolSelectionError } from '../tools/catalog.ts'
@@ -118,6 +120,49 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const session = await store.getSession(request.tenant, request.params.id)
     if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
     return toSessionView(session, app.agentd.tools.defaultNames)
+  })
+
+  app.post('/v1/sessions/:id/fork', {
+    schema: {
+      tags: ['sessions'],
+      summary: 'Fork a session: a new session with the history up to an event (default: all of it)',
+      params: SessionParamsSchema,
+      body: ForkBodySchema,
+      response: { 201: ref(SessionSchema), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
+    },
+    // The body is optional: no body means "fork the whole history".
+    preValidation: async (request) => {
+      request.body ??= {}
+    }
+  }, async (request, reply) => {
+    const source = await store.getSession(request.tenant, request.params.id)
+    if (!source) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    const atSeq = request.body?.atSeq ?? source.lastSeq
+    if (atSeq > source.lastSeq) {
+      throw apiError('VALIDATION_ERROR', `atSeq ${atSeq} is past the session's last event (${source.lastSeq})`, {
+        fields: [{ field: 'body.atSeq', message: `must be <= ${source.lastSeq}`, keyword: 'maximum' }]
+      })
+    }
+    const now = new Date().toISOString()
+    const fork: SessionRecord = {
+      ...source,
+      id: newId('ses'),
+      createdAt: now,
+      updatedAt: now,
+      status: 'idle',
+      lastSeq: atSeq,
+      usage: emptyUsage(),
+      forkedFrom: { sessionId: source.id, atSeq }
+    }
+    await store.forkSession(source.id, fork, atSeq, () => newId('msg'))
+    // A call whose answer came after atSeq (or never) gets a sealed one, so the fork can go on.
+    const messages = await store.listMessages(fork.id)
+    for (const call of unansweredCalls(messages)) {
+      const runId = messages.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? ''
+      await store.addMessage(toolMessage(fork.id, runId, call.id, toModelToolResult(unfinishedCallError(call.name, 'the session was forked before its result'))))
+    }
+    request.log.info({ sessionId: fork.id, forkedFrom: source.id, atSeq }, 'session forked')
+    return reply.status(201).send(toSessionView(fork, app.agentd.tools.defaultNames))
   })
 
   app.delete('/v1/sessions/:id', {

@@ -87,3 +87,8 @@ export const SessionPageSchema = Type.Object({
   data: Type.Array(ref(SessionSchema)),
   nextCursor: Type.Union([Type.String(), Type.Null()])
 })
+
+export const ForkBodySchema = Type.Object(
+  { atSeq: Type.Optional(Type.Integer({ minimum: 0, description: 'copy history up to and including this event; default: the last one' })) },
+  { additionalProperties: false }
+)

@@ -36,6 +36,7 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
         content      TEXT,
         tool_calls   TEXT,
         tool_call_id TEXT,
+        at_seq       INTEGER NOT NULL,
         created_at   TEXT NOT NULL
       );
       CREATE INDEX messages_session ON messages (session_id, pos);

@@ -104,6 +104,11 @@ export class SqliteStore implements Store {
     return row ? toSession(row) : null
   }
 
+  async getSessionById(id: string): Promise<SessionRecord | null> {
+    const row = this.#stmt('SELECT * FROM sessions WHERE id = ?').get(id) as Row | undefined
+    return row ? toSession(row) : null
+  }
+
   async listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]> {
     const rows = options.before
       ? this.#stmt('SELECT * FROM sessions WHERE tenant = ? AND id < ? ORDER BY id DESC LIMIT ?').all(tenant, options.before, options.limit)
@@ -167,15 +172,39 @@ export class SqliteStore implements Store {
   }
 
   async addMessage(m: MessageRecord): Promise<void> {
-    this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(
-      m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.createdAt
+    // at_seq: the session's newest event when the message was stored, which places it for fork.
+    this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
+      VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT last_seq FROM sessions WHERE id = ?), ?)`).run(
+      m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.sessionId, m.createdAt
     )
   }
 
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
     const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? ORDER BY pos').all(sessionId) as Row[]
     return rows.map(toMessage)
+  }
+
+  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, newMessageId: () => string): Promise<void> {
+    this.#transaction(() => {
+      this.#stmt(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
+          approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+        target.id, target.tenant, target.createdAt, target.updatedAt, target.status, target.model, target.instructions,
+        json(target.tools), json(target.approval), json(target.limits), json(target.metadata), target.lastSeq,
+        target.usage.inputTokens, target.usage.outputTokens, target.usage.totalTokens, json(target.forkedFrom)
+      )
+      this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
+        SELECT ?, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = ? AND seq <= ?`)
+        .run(target.id, sourceId, atSeq)
+      const messages = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND at_seq <= ? ORDER BY pos')
+        .all(sourceId, atSeq) as Row[]
+      const insert = this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+      for (const row of messages) {
+        insert.run(newMessageId(), target.id, row.run_id as string | null, row.role as string, row.content as string | null,
+          row.tool_calls as string | null, row.tool_call_id as string | null, Number(row.at_seq), row.created_at as string)
+      }
+    })
   }
 
   async createRun(r: RunRecord): Promise<void> {

@@ -18,6 +18,8 @@ export interface Store {
   /** A session of this tenant, or null (also for another tenant's or a deleted session). */
   getSession(tenant: string, id: string): Promise<SessionRecord | null>
   /** Newest first; `before` is the ID of the last session of the previous page. */
+  /** A session whatever its tenant: for the service's own work (recovery), never for a request. */
+  getSessionById(id: string): Promise<SessionRecord | null>
   listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]>
   countSessions(tenant: string): Promise<number>
   updateSession(id: string, patch: SessionPatch): Promise<void>
@@ -30,6 +32,12 @@ export interface Store {
   appendEvent(event: NewEvent): Promise<EventRecord>
   /** Events with seq > after, ascending, optionally filtered. */
   listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]>
+
+  /**
+   * Creates `target` with the source session's events up to atSeq (same seq numbers) and the
+   * messages stored up to that event (new IDs), in one transaction.
+   */
+  forkSession(sourceId: string, target: SessionRecord, atSeq: number, newMessageId: () => string): Promise<void>
 
   addMessage(message: MessageRecord): Promise<void>
   listMessages(sessionId: string): Promise<MessageRecord[]>

@@ -1,0 +1,108 @@
+import { createHash } from 'node:crypto'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Store } from '../store/store.ts'
+import { ApiError } from './errors.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set when this POST claimed an Idempotency-Key; routes that answer outside onSend (SSE) complete it. */
+    idempotency: { key: string; complete(status: number, body: unknown): Promise<void> } | null
+  }
+}
+
+/** How a stored SSE answer is kept: the run it streamed, so a replay can stream that run again. */
+export interface StreamedAnswer {
+  stream: { sessionId: string; runId: string }
+  message: unknown
+  run: unknown
+}
+
+const KEY = /^[\x21-\x7e]{1,255}$/
+/** Answers that say "try again later" are not kept: the retry with the same key should really retry. */
+const NOT_KEPT = (status: number) => status >= 500 || status === 409 || status === 429
+
+export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
+
+export interface IdempotencyOptions {
+  store: Store
+  retentionMs?: number
+  /** Streams a run's events again for the replay of an SSE answer. */
+  replayStream(request: FastifyRequest, reply: FastifyReply, answer: StreamedAnswer): void
+}
+
+/**
+ * Idempotency-Key on every POST (SPEC 3): the first request with a key is processed and its
+ * answer kept for 24 h per tenant; the same key and request again get that answer again; the
+ * same key with another request is 422; while the first is still being processed, 409.
+ */
+export const idempotencyPlugin = fp(
+  async (app: FastifyInstance, opts: IdempotencyOptions) => {
+    const { store } = opts
+    const retentionMs = opts.retentionMs ?? IDEMPOTENCY_RETENTION_MS
+    app.decorateRequest('idempotency', null)
+
+    const purge = () =>
+      store.purgeIdempotency(new Date(Date.now() - retentionMs)).catch((err: unknown) => app.log.warn({ err }, 'idempotency purge failed'))
+    await purge()
+    const timer = setInterval(purge, Math.min(retentionMs, 60 * 60 * 1000))
+    timer.unref()
+    app.addHook('onClose', async () => clearInterval(timer))
+
+    app.addHook('preHandler', async (request, reply) => {
+      if (request.method !== 'POST') return
+      const key = request.headers['idempotency-key']
+      if (key === undefined) return
+      if (typeof key !== 'string' || !KEY.test(key)) {
+        throw new ApiError('VALIDATION_ERROR', 'Idempotency-Key must be 1 to 255 visible ASCII characters', {
+          fields: [{ field: 'headers.idempotency-key', message: 'must be 1 to 255 visible ASCII characters', keyword: 'pattern' }]
+        })
+      }
+      const fingerprint = createHash('sha256')
+        .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null]))
+        .digest('hex')
+      const tenant = request.tenant
+      const outcome = await store.claimIdempotency({ tenant, key, fingerprint, createdAt: new Date().toISOString() })
+      if (outcome.state === 'in_progress') throw new ApiError('IDEMPOTENCY_IN_PROGRESS')
+      if (outcome.state === 'mismatch') throw new ApiError('IDEMPOTENCY_KEY_REUSED')
+      if (outcome.state === 'completed') {
+        reply.header('idempotent-replayed', 'true')
+        const body = outcome.body as Partial<StreamedAnswer> | null
+        if (body && typeof body === 'object' && body.stream) {
+          const answer = body as StreamedAnswer
+          if ((request.headers.accept ?? '').includes('text/event-stream')) {
+            opts.replayStream(request, reply, answer)
+            return reply
+          }
+          return reply.status(202).send({ message: answer.message, run: answer.run })
+        }
+        return reply.status(outcome.status).send(body)
+      }
+      let settled = false
+      request.idempotency = {
+        key,
+        complete: async (status, body) => {
+          if (settled) return
+          settled = true
+          if (NOT_KEPT(status)) await store.releaseIdempotency(tenant, key)
+          else await store.completeIdempotency(tenant, key, { status, body })
+        }
+      }
+    })
+
+    app.addHook('onSend', async (request, reply, payload) => {
+      if (!request.idempotency) return payload
+      let body: unknown = null
+      if (typeof payload === 'string' && payload.length > 0) {
+        try {
+          body = JSON.parse(payload)
+        } catch {
+          body = payload
+        }
+      }
+      await request.idempotency.complete(reply.statusCode, body)
+      return payload
+    })
+  },
+  { name: 'agentd-idempotency', dependencies: ['agentd-auth'] }
+)

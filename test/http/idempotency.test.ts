@@ -1,0 +1,76 @@
+import t from 'tap'
+import { buildTestApp } from '../helpers/app.ts'
+
+t.test('Idempotency-Key', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const create = (key: string, payload: object) =>
+    app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'idempotency-key': key }, payload })
+
+  t.test('the same key and body replay the first response', async (t) => {
+    const first = await create('create-1', { metadata: { a: '1' } })
+    const second = await create('create-1', { metadata: { a: '1' } })
+    t.equal(first.statusCode, 201)
+    t.equal(second.statusCode, 201)
+    t.same(second.json(), first.json(), 'same body')
+    t.equal(second.headers['idempotent-replayed'], 'true')
+    const list = (await app.inject({ method: 'GET', url: '/v1/sessions?limit=100' })).json().data
+    t.equal(list.filter((s: { id: string }) => s.id === first.json().id).length, 1, 'one session was created')
+  })
+
+  t.test('the same key with another body is 422 IDEMPOTENCY_KEY_REUSED', async (t) => {
+    await create('create-2', { metadata: { a: '1' } })
+    const other = await create('create-2', { metadata: { a: '2' } })
+    t.equal(other.statusCode, 422)
+    t.equal(other.json().error.code, 'IDEMPOTENCY_KEY_REUSED')
+  })
+
+  t.test('a malformed key is a 400', async (t) => {
+    const res = await create('has spaces in it', {})
+    t.equal(res.statusCode, 400)
+    t.equal(res.json().error.details.fields[0].field, 'headers.idempotency-key')
+  })
+
+  t.test('ten concurrent duplicates create exactly one message and one run', async (t) => {
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+    devModel.script({ text: 'only once', delayMs: 50 })
+    const results = await Promise.all(Array.from({ length: 10 }, () =>
+      app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, headers: { 'idempotency-key': 'msg-race' }, payload: { content: 'hello' } })))
+    const statuses = results.map((r) => r.statusCode)
+    t.ok(statuses.every((s) => s === 202 || s === 409), `only 202 and 409: ${statuses.join(',')}`)
+    t.ok(statuses.includes(202))
+    for (const r of results.filter((r) => r.statusCode === 409)) t.equal(r.json().error.code, 'IDEMPOTENCY_IN_PROGRESS')
+    const runIds = new Set(results.filter((r) => r.statusCode === 202).map((r) => r.json().run.id))
+    t.equal(runIds.size, 1, 'every 202 names the same run')
+    await app.agentd.runs.waitFor([...runIds][0] as string)
+    const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+    t.same(messages.map((m: { role: string }) => m.role), ['user', 'assistant'], 'one user message, one answer')
+    const again = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, headers: { 'idempotency-key': 'msg-race' }, payload: { content: 'hello' } })
+    t.equal(again.statusCode, 202)
+    t.equal(again.json().run.id, [...runIds][0], 'a later retry replays the same run')
+  })
+
+  t.test('keys are per tenant', async (t) => {
+    const { app: multi } = await buildTestApp(t, { env: { AGENTD_API_KEYS: 'a:aaaaaaaaaaaaaaaa,b:bbbbbbbbbbbbbbbb' } })
+    const post = (key: string) => multi.inject({
+      method: 'POST', url: '/v1/sessions', headers: { authorization: `Bearer ${key}`, 'idempotency-key': 'shared' }, payload: {}
+    })
+    const a = await post('aaaaaaaaaaaaaaaa')
+    const b = await post('bbbbbbbbbbbbbbbb')
+    t.equal(a.statusCode, 201)
+    t.equal(b.statusCode, 201)
+    t.not(a.json().id, b.json().id, 'each tenant got its own session')
+    t.equal(b.headers['idempotent-replayed'], undefined)
+  })
+
+  t.test('a retryable failure is not kept: the retry really retries', async (t) => {
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+    devModel.script({ text: 'slow', delayMs: 200 }, { text: 'next' })
+    const active = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'a' } })).json()
+    const busy = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, headers: { 'idempotency-key': 'busy-1' }, payload: { content: 'b' } })
+    t.equal(busy.statusCode, 409)
+    await app.agentd.runs.waitFor(active.run.id)
+    const retry = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, headers: { 'idempotency-key': 'busy-1' }, payload: { content: 'b' } })
+    t.equal(retry.statusCode, 202)
+    await app.agentd.runs.waitFor(retry.json().run.id)
+  })
+})

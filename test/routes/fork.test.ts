@@ -1,0 +1,65 @@
+import t from 'tap'
+import { buildTestApp } from '../helpers/app.ts'
+import type { StreamedEvent } from '../helpers/sse.ts'
+
+t.test('fork copies history up to an event and leaves the original untouched', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [], instructions: 'Be kind.', metadata: { k: 'v' } } })).json()
+  devModel.script({ text: 'first answer' }, { text: 'second answer' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'one' } })
+  const middle = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().lastSeq
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'two' } })
+  const original = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json()
+  const originalEvents = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data
+  const originalMessages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork`, payload: { atSeq: middle } })
+  t.equal(res.statusCode, 201)
+  const fork = res.json()
+  t.not(fork.id, session.id)
+  t.same(fork.forkedFrom, { sessionId: session.id, atSeq: middle })
+  t.equal(fork.lastSeq, middle)
+  t.equal(fork.instructions, 'Be kind.')
+  t.same(fork.metadata, { k: 'v' })
+
+  const forkEvents = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.same(forkEvents.map((e) => [e.seq, e.type]), originalEvents.filter((e: StreamedEvent) => e.seq <= middle).map((e: StreamedEvent) => [e.seq, e.type]))
+  t.ok(forkEvents.every((e) => e.sessionId === fork.id), 'copied events belong to the fork')
+  const forkMessages = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/messages` })).json().data
+  t.same(forkMessages.map((m: { content: string }) => m.content), ['one', 'first answer'])
+
+  // The fork goes on by itself, from seq middle + 1.
+  devModel.script({ text: 'fork answer' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${fork.id}/messages?wait=true`, payload: { content: 'three' } })
+  const next = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/events?after=${middle}`, headers: { accept: 'application/json' } })).json().data
+  t.equal(next[0].seq, middle + 1, 'the fork numbers on without a gap')
+  const sent = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
+  t.same(sent.messages.map((m) => m.content), ['Be kind.', 'one', 'first answer', 'three'], 'the model sees the forked history')
+
+  t.same((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json(), original, 'the original session is untouched')
+  t.same((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data, originalMessages)
+
+  const whole = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork` })).json()
+  t.equal(whole.lastSeq, original.lastSeq, 'without atSeq the whole history is copied')
+  const past = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork`, payload: { atSeq: original.lastSeq + 1 } })
+  t.equal(past.statusCode, 400)
+  t.equal((await app.inject({ method: 'POST', url: '/v1/sessions/ses_none/fork', payload: {} })).statusCode, 404)
+})
+
+t.test('a fork taken between a tool call and its result seals the call', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ toolCalls: [{ name: 'missing_tool', arguments: {} }] }, { text: 'done' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  const atSeq = events.find((e) => e.type === 'tool:start')?.seq ?? 0
+  const fork = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork`, payload: { atSeq } })).json()
+  const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/messages` })).json().data
+  const call = messages.find((m: { toolCalls?: unknown[] }) => m.toolCalls)?.toolCalls[0]
+  const answer = messages.find((m: { toolCallId?: string }) => m.toolCallId === call.id)
+  t.ok(answer, 'the call has an answer in the fork')
+  t.match(JSON.parse(answer.content), { ok: false, errorType: 'aborted' })
+  devModel.script({ text: 'continued' })
+  const next = (await app.inject({ method: 'POST', url: `/v1/sessions/${fork.id}/messages?wait=true`, payload: { content: 'again' } })).json()
+  t.equal(next.run.status, 'completed', 'the next message to the fork works')
+})
