@@ -1,0 +1,55 @@
+import { readFile, stat, writeFile } from 'node:fs/promises'
+import { Type } from '@sinclair/typebox'
+import { ToolFailure } from '../../agent/classify.ts'
+import type { Tool } from '../types.ts'
+import { resolveInWorkspace } from '../workspace.ts'
+
+const Parameters = Type.Object(
+  {
+    path: Type.String({ minLength: 1, description: 'File path relative to the workspace root' }),
+    oldText: Type.String({ minLength: 1, description: 'Exact text to replace, including whitespace' }),
+    newText: Type.String({ description: 'Replacement text' }),
+    replaceAll: Type.Optional(Type.Boolean({ description: 'Replace every occurrence; default false (oldText must then occur exactly once)' }))
+  },
+  { additionalProperties: false }
+)
+
+/** fs_edit: replaces exact text in a file; a missing or ambiguous match is a logical failure the model can correct. */
+export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Parameters> {
+  return {
+    name: 'fs_edit',
+    description:
+      'Replace `oldText` with `newText` in a workspace file. `oldText` must match exactly once unless `replaceAll` is true.',
+    parameters: Parameters,
+    async execute(input, ctx) {
+      const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true })
+      const info = await stat(file)
+      if (info.isDirectory()) throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
+      if (info.size > opts.maxFileBytes) {
+        throw new ToolFailure('OUTPUT_TOO_LARGE', `"${input.path}" is ${info.size} bytes; fs_edit handles files up to ${opts.maxFileBytes} bytes.`, {
+          path: input.path,
+          size: info.size
+        })
+      }
+      const text = await readFile(file, { encoding: 'utf8', signal: ctx.signal })
+      const pieces = text.split(input.oldText)
+      const occurrences = pieces.length - 1
+      if (occurrences === 0) {
+        return { ok: false, code: 'NOT_FOUND', error: `oldText was not found in "${input.path}".`, path: input.path, reason: 'no_match' }
+      }
+      if (occurrences > 1 && !input.replaceAll) {
+        return {
+          ok: false,
+          code: 'VALIDATION_ERROR',
+          error: `oldText occurs ${occurrences} times in "${input.path}"; it must occur once, or set replaceAll.`,
+          path: input.path,
+          reason: 'ambiguous',
+          occurrences
+        }
+      }
+      // split/join, not String.replace: "$&" and friends in newText stay literal.
+      await writeFile(file, pieces.join(input.newText), { signal: ctx.signal })
+      return { path: input.path, replacements: occurrences }
+    }
+  }
+}

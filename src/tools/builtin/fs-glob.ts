@@ -1,0 +1,59 @@
+import { glob } from 'node:fs/promises'
+import path from 'node:path'
+import { Type } from '@sinclair/typebox'
+import { ToolFailure } from '../../agent/classify.ts'
+import type { Tool } from '../types.ts'
+import { isInside, resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
+
+const Parameters = Type.Object(
+  {
+    pattern: Type.String({ minLength: 1, description: 'Glob pattern relative to the workspace root, e.g. "src/**/*.ts"' }),
+    path: Type.Optional(Type.String({ description: 'Folder to search from; default the workspace root' }))
+  },
+  { additionalProperties: false }
+)
+
+const skipped = new Set(['.git', 'node_modules'])
+
+/** fs_glob: workspace paths matching a glob (node:fs/promises glob), confined to the workspace and capped. */
+export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Parameters> {
+  return {
+    name: 'fs_glob',
+    description:
+      'Find workspace files and folders whose path matches a glob pattern ("**" spans folders). ' +
+      `Paths are relative to the workspace root; at most ${opts.maxResults} are returned, sorted. ` +
+      '.git and node_modules are searched only when the pattern names them.',
+    parameters: Parameters,
+    async execute(input, ctx) {
+      const segments = input.pattern.split(/[\\/]+/)
+      if (path.isAbsolute(input.pattern) || segments.includes('..')) {
+        throw new ToolFailure('PATH_TRAVERSAL', `The pattern "${input.pattern}" reaches outside the workspace.`, { pattern: input.pattern })
+      }
+      const root = await resolveInWorkspace(ctx.workspace, '.')
+      const cwd = await resolveInWorkspace(ctx.workspace, input.path ?? '.', { mustExist: true })
+      const named = segments.filter((s) => skipped.has(s))
+      const exclude = (name: string) => skipped.has(path.basename(name)) && !named.includes(path.basename(name))
+      const matches: string[] = []
+      let truncated = false
+      for await (const match of glob(input.pattern, { cwd, exclude })) {
+        ctx.signal.throwIfAborted()
+        const absolute = path.resolve(cwd, match)
+        // glob does not follow links into folders, but a matched link itself may point out.
+        const inside = await resolveInWorkspace(root, absolute).then(
+          (real) => isInside(root, real),
+          () => false
+        )
+        if (!inside) continue
+        if (matches.length >= opts.maxResults) {
+          truncated = true
+          break
+        }
+        matches.push(toWorkspacePath(root, absolute))
+      }
+      matches.sort()
+      const result: Record<string, unknown> = { pattern: input.pattern, matches, truncated }
+      if (truncated) result['note'] = `Only ${opts.maxResults} matches are shown; use a more specific pattern.`
+      return result
+    }
+  }
+}

@@ -1,0 +1,63 @@
+import { Type } from '@sinclair/typebox'
+import { ToolFailure } from '../../agent/classify.ts'
+import type { Tool } from '../types.ts'
+import { runInWorker } from '../worker.ts'
+import { resolveInWorkspace } from '../workspace.ts'
+import type { GrepJob, GrepResult } from './grep-worker.ts'
+
+const Parameters = Type.Object(
+  {
+    pattern: Type.String({ minLength: 1, description: 'JavaScript regular expression searched line by line' }),
+    path: Type.Optional(Type.String({ description: 'File or folder to search; default the workspace root' })),
+    glob: Type.Optional(Type.String({ description: 'Only files matching this glob, e.g. "*.ts" (file name) or "src/**/*.ts" (path)' })),
+    ignoreCase: Type.Optional(Type.Boolean({ description: 'Case-insensitive; default false' })),
+    maxMatches: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: 'Default 200' }))
+  },
+  { additionalProperties: false }
+)
+
+const grepWorker = new URL('./grep-worker.ts', import.meta.url)
+
+export interface FsGrepOptions {
+  maxFileBytes: number
+  /** V8 heap of the search thread. */
+  maxHeapMb: number
+}
+
+/** fs_grep: a regular-expression search over workspace files, run on a worker thread so no pattern can block the service. */
+export function createFsGrepTool(opts: FsGrepOptions): Tool<typeof Parameters> {
+  return {
+    name: 'fs_grep',
+    description:
+      'Search workspace files for lines matching a regular expression. Returns {path, line, text} per match ' +
+      '(at most maxMatches, default 200). Skips binary files, files over ' +
+      `${opts.maxFileBytes} bytes, .git and node_modules, and does not follow symbolic links.`,
+    parameters: Parameters,
+    async execute(input, ctx) {
+      try {
+        new RegExp(input.pattern)
+      } catch (err) {
+        throw new ToolFailure('VALIDATION_ERROR', `The pattern is not a valid regular expression: ${(err as Error).message}`, {
+          pattern: input.pattern,
+          reason: 'invalid_regex'
+        })
+      }
+      const root = await resolveInWorkspace(ctx.workspace, '.')
+      const start = await resolveInWorkspace(ctx.workspace, input.path ?? '.', { mustExist: true })
+      const job: GrepJob = {
+        root,
+        start,
+        pattern: input.pattern,
+        ignoreCase: input.ignoreCase ?? false,
+        maxMatches: input.maxMatches ?? 200,
+        maxFileBytes: opts.maxFileBytes,
+        maxLineChars: 500
+      }
+      if (input.glob !== undefined) job.glob = input.glob
+      return runInWorker<GrepResult>(grepWorker, 'grep', job, {
+        signal: ctx.signal,
+        resourceLimits: { maxOldGenerationSizeMb: opts.maxHeapMb }
+      })
+    }
+  }
+}

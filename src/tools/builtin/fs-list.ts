@@ -1,0 +1,66 @@
+import { lstat, readdir } from 'node:fs/promises'
+import path from 'node:path'
+import { Type } from '@sinclair/typebox'
+import { ToolFailure } from '../../agent/classify.ts'
+import type { Tool } from '../types.ts'
+import { resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
+
+const Parameters = Type.Object(
+  {
+    path: Type.Optional(Type.String({ description: 'Folder relative to the workspace root; default "."' })),
+    recursive: Type.Optional(Type.Boolean({ description: 'List sub-folders too; default false' }))
+  },
+  { additionalProperties: false }
+)
+
+type EntryType = 'file' | 'dir' | 'symlink' | 'other'
+interface Entry {
+  path: string
+  type: EntryType
+  size?: number
+}
+
+/** Folders a recursive listing shows but does not enter: large and rarely what the model is after. */
+const notEntered = new Set(['.git', 'node_modules'])
+
+/** fs_list: the entries of a folder, breadth first, capped. Symbolic links are listed, never followed. */
+export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Parameters> {
+  return {
+    name: 'fs_list',
+    description:
+      `List a workspace folder (default the root). With recursive, sub-folders are listed too (not .git or node_modules), ` +
+      `up to ${opts.maxEntries} entries. Symbolic links are shown, not followed.`,
+    parameters: Parameters,
+    async execute(input, ctx) {
+      const relPath = input.path ?? '.'
+      const dir = await resolveInWorkspace(ctx.workspace, relPath, { mustExist: true })
+      if (!(await lstat(dir)).isDirectory()) {
+        throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' })
+      }
+      const root = await resolveInWorkspace(ctx.workspace, '.')
+      const entries: Entry[] = []
+      const queue = [dir]
+      let truncated = false
+      while (queue.length > 0 && !truncated) {
+        ctx.signal.throwIfAborted()
+        const current = queue.shift() as string
+        const children = (await readdir(current, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+        for (const child of children) {
+          if (entries.length >= opts.maxEntries) {
+            truncated = true
+            break
+          }
+          const full = path.join(current, child.name)
+          const type: EntryType = child.isSymbolicLink() ? 'symlink' : child.isDirectory() ? 'dir' : child.isFile() ? 'file' : 'other'
+          const entry: Entry = { path: toWorkspacePath(root, full), type }
+          if (type === 'file') entry.size = (await lstat(full)).size
+          entries.push(entry)
+          if (input.recursive && type === 'dir' && !notEntered.has(child.name)) queue.push(full)
+        }
+      }
+      const result: Record<string, unknown> = { path: relPath, entries, truncated }
+      if (truncated) result['note'] = `Only the first ${opts.maxEntries} entries are shown; list a sub-folder or use fs_glob to narrow down.`
+      return result
+    }
+  }
+}

@@ -1,0 +1,147 @@
+import { Type } from '@sinclair/typebox'
+import { Agent, request, type Dispatcher } from 'undici'
+import { ToolFailure } from '../../agent/classify.ts'
+import { pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
+import { CappedBuffer } from '../output.ts'
+import type { Tool } from '../types.ts'
+
+const Method = Type.Union(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].map((m) => Type.Literal(m)))
+
+const Parameters = Type.Object(
+  {
+    url: Type.String({ minLength: 1, description: 'An http:// or https:// URL' }),
+    method: Type.Optional(Method),
+    headers: Type.Optional(Type.Record(Type.String(), Type.String(), { description: 'Request headers' })),
+    body: Type.Optional(Type.String({ description: 'Request body (for POST, PUT, PATCH)' }))
+  },
+  { additionalProperties: false }
+)
+
+export interface HttpFetchOptions extends AddressPolicy {
+  /** Bytes of response body kept; the rest is not read. */
+  maxBytes: number
+  /** Connect, headers and body timeouts of each hop. */
+  timeoutMs: number
+  /** Redirects followed at most. */
+  maxRedirects: number
+  /** Resolves host names; tests stub DNS with it. */
+  resolve?: (hostname: string) => Promise<CheckedAddress[]>
+}
+
+const redirectStatuses = new Set([301, 302, 303, 307, 308])
+const textTypes = /^text\/|[/+](json|xml|javascript|ecmascript|x-www-form-urlencoded|yaml|csv|html)\b/i
+// Credentials meant for one origin must not follow a redirect to another.
+const originBoundHeaders = new Set(['authorization', 'cookie', 'proxy-authorization'])
+
+/**
+ * http_fetch: an HTTP request from the service (SPEC 7). Every hop's host is resolved here and
+ * refused when it is loopback, private, link-local or metadata (unless allowed); the socket then
+ * connects to exactly the checked address. Redirects are followed by hand, each one checked again.
+ */
+export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Parameters> {
+  return {
+    name: 'http_fetch',
+    description:
+      'Fetch an http(s) URL. Returns status, headers and the body as text (cut at ' +
+      `${opts.maxBytes} bytes). Follows up to ${opts.maxRedirects} redirects. ` +
+      'Loopback, private, link-local and cloud metadata addresses are refused.',
+    parameters: Parameters,
+    async execute(input, ctx) {
+      let url = parseHttpUrl(input.url)
+      let method = input.method ?? 'GET'
+      let body = input.body
+      let headers: Record<string, string> = { ...input.headers }
+      const pins = new Map<string, CheckedAddress[]>()
+      const agent = new Agent({
+        connect: { lookup: pinnedLookup(pins), timeout: opts.timeoutMs },
+        headersTimeout: opts.timeoutMs,
+        bodyTimeout: opts.timeoutMs
+      })
+      try {
+        for (let redirects = 0; ; redirects++) {
+          pins.set(url.hostname.toLowerCase(), await resolveChecked(url, opts, opts.resolve))
+          const response = await send(agent, url, method, headers, body, ctx.signal)
+          const location = header(response.headers, 'location')
+          if (!redirectStatuses.has(response.statusCode) || location === undefined) {
+            return await readResponse(response, url, redirects, opts.maxBytes)
+          }
+          await response.body.dump()
+          if (redirects >= opts.maxRedirects) {
+            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: url.href, reason: 'too_many_redirects' })
+          }
+          const next = parseHttpUrl(new URL(location, url).href)
+          if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) {
+            method = 'GET'
+            body = undefined
+          }
+          if (next.origin !== url.origin) {
+            headers = Object.fromEntries(Object.entries(headers).filter(([k]) => !originBoundHeaders.has(k.toLowerCase())))
+          }
+          url = next
+        }
+      } finally {
+        agent.destroy().catch(() => {})
+      }
+    }
+  }
+}
+
+function parseHttpUrl(raw: string): URL {
+  let url: URL
+  try {
+    url = new URL(raw)
+  } catch {
+    throw new ToolFailure('VALIDATION_ERROR', `"${raw}" is not a valid URL.`, { url: raw })
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ToolFailure('VALIDATION_ERROR', `Only http and https URLs can be fetched, not ${url.protocol}`, { url: raw })
+  }
+  return url
+}
+
+async function send(
+  agent: Agent,
+  url: URL,
+  method: string,
+  headers: Record<string, string>,
+  body: string | undefined,
+  signal: AbortSignal
+): Promise<Dispatcher.ResponseData> {
+  try {
+    return await request(url, { dispatcher: agent, method: method as Dispatcher.HttpMethod, headers, body, signal })
+  } catch (err) {
+    if (signal.aborted) throw err
+    const code = (err as { code?: unknown }).code
+    throw new ToolFailure(
+      typeof code === 'string' && code.includes('TIMEOUT') ? 'TIMEOUT' : 'IO_ERROR',
+      `The request to ${url.host} failed: ${(err as Error).message}`,
+      { url: url.href, ...(typeof code === 'string' ? { errno: code } : {}) },
+      { errorType: 'runtime', cause: err }
+    )
+  }
+}
+
+async function readResponse(response: Dispatcher.ResponseData, url: URL, redirects: number, maxBytes: number) {
+  const buffer = new CappedBuffer(maxBytes)
+  for await (const chunk of response.body as AsyncIterable<Buffer>) {
+    buffer.push(chunk)
+    // Stop reading at the cap: the rest of a huge body is never downloaded.
+    if (buffer.truncated) break
+  }
+  const contentType = header(response.headers, 'content-type') ?? ''
+  const textual = contentType === '' || textTypes.test(contentType)
+  return {
+    url: url.href,
+    status: response.statusCode,
+    headers: response.headers,
+    body: textual ? buffer.text() : null,
+    ...(textual ? {} : { note: `Binary content (${contentType}) is not shown.` }),
+    truncated: buffer.truncated,
+    redirects
+  }
+}
+
+function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
+  const value = headers[name]
+  return Array.isArray(value) ? value[0] : value
+}

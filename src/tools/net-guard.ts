@@ -1,0 +1,167 @@
+import { lookup as dnsLookup } from 'node:dns/promises'
+import { BlockList, isIP, type LookupFunction } from 'node:net'
+import { ToolFailure } from '../agent/classify.ts'
+
+const blockedV4 = new BlockList()
+for (const [net, prefix] of [
+  ['0.0.0.0', 8], // "this" network, incl. 0.0.0.0
+  ['10.0.0.0', 8], // private
+  ['100.64.0.0', 10], // carrier-grade NAT
+  ['127.0.0.0', 8], // loopback
+  ['169.254.0.0', 16], // link-local, incl. the 169.254.169.254 metadata service
+  ['172.16.0.0', 12], // private
+  ['192.0.0.0', 24], // IETF protocol assignments
+  ['192.168.0.0', 16], // private
+  ['198.18.0.0', 15], // benchmarking
+  ['224.0.0.0', 4], // multicast
+  ['240.0.0.0', 4] // reserved, incl. broadcast
+] as const) {
+  blockedV4.addSubnet(net, prefix, 'ipv4')
+}
+
+const blockedV6 = new BlockList()
+for (const [net, prefix] of [
+  ['::', 128], // unspecified
+  ['::1', 128], // loopback
+  ['fc00::', 7], // unique local, incl. the fd00:ec2::254 metadata service
+  ['fe80::', 10], // link-local
+  ['fec0::', 10], // site-local (deprecated)
+  ['ff00::', 8], // multicast
+  ['100::', 64] // discard
+] as const) {
+  blockedV6.addSubnet(net, prefix, 'ipv6')
+}
+
+/**
+ * True for addresses a fetch from inside the service must not reach: loopback, private,
+ * link-local, metadata, unspecified, multicast and reserved ranges, also when an IPv4 address
+ * hides inside IPv6 (mapped ::ffff:a.b.c.d, translated ::ffff:0:a.b.c.d, compatible ::a.b.c.d, NAT64 64:ff9b::/96).
+ */
+export function isForbiddenAddress(address: string): boolean {
+  const ip = address.replace(/^\[|\]$/g, '').replace(/%.*$/, '')
+  const family = isIP(ip)
+  if (family === 4) return blockedV4.check(ip, 'ipv4')
+  if (family !== 6) return true
+  if (blockedV6.check(ip, 'ipv6')) return true
+  const embedded = embeddedIpv4(ip)
+  return embedded !== null && blockedV4.check(embedded, 'ipv4')
+}
+
+function embeddedIpv4(ip: string): string | null {
+  const groups = expandIpv6(ip)
+  if (!groups) return null
+  const top = groups.slice(0, 6)
+  const zero = (g: number[]) => g.every((x) => x === 0)
+  const mapped = zero(top.slice(0, 5)) && top[5] === 0xffff
+  const translated = zero(top.slice(0, 4)) && top[4] === 0xffff && top[5] === 0
+  const compatible = zero(top)
+  const nat64 = groups[0] === 0x64 && groups[1] === 0xff9b && zero(groups.slice(2, 6))
+  if (!(mapped || translated || compatible || nat64)) return null
+  const hi = groups[6] ?? 0
+  const lo = groups[7] ?? 0
+  return `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`
+}
+
+/** The eight 16-bit groups of an IPv6 address (a trailing dotted quad allowed), or null. */
+function expandIpv6(ip: string): number[] | null {
+  let text = ip.toLowerCase()
+  const quad = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text)
+  if (quad) {
+    const [a, b, c, d] = quad.slice(1).map(Number) as [number, number, number, number]
+    text = `${text.slice(0, quad.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`
+  }
+  const halves = text.split('::')
+  if (halves.length > 2) return null
+  const parse = (part: string) => (part === '' ? [] : part.split(':').map((g) => parseInt(g, 16)))
+  const head = parse(halves[0] ?? '')
+  const tail = halves.length === 2 ? parse(halves[1] ?? '') : []
+  const fill = halves.length === 2 ? 8 - head.length - tail.length : 0
+  const groups = [...head, ...new Array<number>(Math.max(0, fill)).fill(0), ...tail]
+  return groups.length === 8 && groups.every((g) => Number.isInteger(g) && g >= 0 && g <= 0xffff) ? groups : null
+}
+
+/**
+ * True when the URL's host is in `entries`: `host` matches any port, `host:port` only that port
+ * (the scheme's default port when the URL has none). IPv6 entries are written in brackets.
+ */
+export function hostAllowed(url: URL, entries: readonly string[]): boolean {
+  const hostname = url.hostname.toLowerCase()
+  const port = url.port || (url.protocol === 'https:' ? '443' : '80')
+  return entries.some((raw) => {
+    const entry = raw.trim().toLowerCase()
+    if (entry === '') return false
+    let parsed: URL
+    try {
+      parsed = new URL(`http://${entry}`)
+    } catch {
+      return false
+    }
+    if (parsed.hostname !== hostname) return false
+    const explicitPort = /:\d+$/.test(entry)
+    return !explicitPort || (parsed.port || '80') === port
+  })
+}
+
+export interface AddressPolicy {
+  /** Reach any address (a development setting). */
+  allowPrivate: boolean
+  /** Hosts (`host` or `host:port`) that may resolve to forbidden addresses anyway. */
+  allowedHosts: readonly string[]
+}
+
+export interface CheckedAddress {
+  address: string
+  family: 4 | 6
+}
+
+type Resolve = (hostname: string) => Promise<CheckedAddress[]>
+
+const systemResolve: Resolve = async (hostname) =>
+  (await dnsLookup(hostname, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }))
+
+/**
+ * Resolves the URL's host and checks every address against the policy; refuses with PERMISSION_DENIED
+ * (no retry can help) when any address is forbidden, so a mixed answer cannot sneak one in.
+ */
+export async function resolveChecked(url: URL, policy: AddressPolicy, resolve: Resolve = systemResolve): Promise<CheckedAddress[]> {
+  const hostname = url.hostname.replace(/^\[|\]$/g, '')
+  const literal = isIP(hostname)
+  let addresses: CheckedAddress[]
+  if (literal !== 0) addresses = [{ address: hostname, family: literal === 6 ? 6 : 4 }]
+  else {
+    try {
+      addresses = await resolve(hostname)
+    } catch (err) {
+      throw new ToolFailure('IO_ERROR', `Could not resolve the host "${hostname}".`, { host: hostname, errno: (err as NodeJS.ErrnoException).code }, { cause: err })
+    }
+    if (addresses.length === 0) throw new ToolFailure('IO_ERROR', `The host "${hostname}" has no address.`, { host: hostname })
+  }
+  if (policy.allowPrivate || hostAllowed(url, policy.allowedHosts)) return addresses
+  const forbidden = addresses.find((a) => isForbiddenAddress(a.address))
+  if (forbidden) {
+    throw new ToolFailure(
+      'PERMISSION_DENIED',
+      `Refused to connect to ${url.host}: it resolves to ${forbidden.address}, a loopback, private, link-local or metadata address.`,
+      { url: url.href, address: forbidden.address }
+    )
+  }
+  return addresses
+}
+
+/**
+ * A socket lookup that answers only from addresses already checked, so DNS rebinding between the
+ * check and the connection cannot switch the target. Unknown host names fail.
+ */
+export function pinnedLookup(pins: ReadonlyMap<string, CheckedAddress[]>): LookupFunction {
+  return (hostname, options, callback) => {
+    const addresses = pins.get(hostname.toLowerCase())
+    const first = addresses?.[0]
+    if (!addresses || !first) {
+      const err = Object.assign(new Error(`No checked address for ${hostname}`), { code: 'ENOTFOUND' })
+      callback(err, '', 0)
+      return
+    }
+    if (options.all) (callback as unknown as (e: null, a: CheckedAddress[]) => void)(null, addresses)
+    else callback(null, first.address, first.family)
+  }
+}

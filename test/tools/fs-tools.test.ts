@@ -1,0 +1,173 @@
+import t from 'tap'
+import type { Test } from 'tap'
+import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+import { createBuiltinTools } from '../../src/tools/builtin/index.ts'
+import { runTool, type ToolOutcome } from '../../src/tools/runtime.ts'
+import type { Tool } from '../../src/tools/types.ts'
+import { makeWorkspace, type TestWorkspace } from '../fixtures/tools/context.ts'
+
+const tools = new Map(
+  createBuiltinTools({ bashEnabled: false, httpFetch: { allowPrivate: false }, maxOutputBytes: 2000 }).map((tool) => [tool.name, tool])
+)
+const limits = { timeoutMs: 5000, maxOutputBytes: 100_000 }
+
+function call(ws: TestWorkspace, name: string, input: unknown): Promise<ToolOutcome> {
+  return runTool(tools.get(name) as Tool, input, ws.ctx(), limits)
+}
+
+async function setup(t: Test): Promise<TestWorkspace> {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  await mkdir(path.join(ws.root, 'src', 'lib'), { recursive: true })
+  await writeFile(path.join(ws.root, 'src', 'main.ts'), 'import { x } from "./lib/x.ts"\nconsole.log(x)\n')
+  await writeFile(path.join(ws.root, 'src', 'lib', 'x.ts'), 'export const x = 1\n')
+  await writeFile(path.join(ws.root, 'README.md'), '# Title\nline two\nline three\n')
+  await writeFile(path.join(ws.base, 'secret.txt'), 'TOKEN=outside\n')
+  return ws
+}
+
+t.test('the built-ins are the fs tools and http_fetch; bash_run only when enabled', async (t) => {
+  t.same([...tools.keys()], ['fs_read', 'fs_write', 'fs_edit', 'fs_list', 'fs_glob', 'fs_grep', 'http_fetch'])
+  const withBash = createBuiltinTools({ bashEnabled: true, httpFetch: { allowPrivate: false } }).map((tool) => tool.name)
+  t.ok(withBash.includes('bash_run'))
+})
+
+t.test('fs_read reads lines, ranges and reports what follows', async (t) => {
+  const ws = await setup(t)
+  t.match(await call(ws, 'fs_read', { path: 'README.md' }), {
+    ok: true,
+    result: { path: 'README.md', content: '# Title\nline two\nline three', startLine: 1, endLine: 3, hasMore: false }
+  })
+  t.match(await call(ws, 'fs_read', { path: 'README.md', offset: 2, limit: 1 }), {
+    ok: true,
+    result: { content: 'line two', startLine: 2, endLine: 2, hasMore: true }
+  })
+  await writeFile(path.join(ws.root, 'no-newline.txt'), 'a\r\nb')
+  t.match(await call(ws, 'fs_read', { path: 'no-newline.txt' }), { ok: true, result: { content: 'a\nb', endLine: 2, hasMore: false } })
+  t.match(await call(ws, 'fs_read', { path: 'README.md', offset: 10 }), {
+    ok: false,
+    error: { errorType: 'logical', code: 'NOT_FOUND', detail: { reason: 'offset_past_end', lines: 3 } }
+  })
+})
+
+t.test('fs_read caps a huge file and a huge line by bytes', async (t) => {
+  const ws = await setup(t)
+  await writeFile(path.join(ws.root, 'big.txt'), 'abcdefghi\n'.repeat(10_000))
+  const big = await call(ws, 'fs_read', { path: 'big.txt' })
+  t.match(big, { ok: true, result: { startLine: 1, endLine: 200, hasMore: true, note: /stopped at 2000 bytes; continue with offset 201/ } })
+  await writeFile(path.join(ws.root, 'one-line.txt'), 'x'.repeat(1_000_000))
+  const oneLine = await call(ws, 'fs_read', { path: 'one-line.txt' })
+  t.match(oneLine, { ok: true, result: { endLine: 1, hasMore: true, note: /longer than 2000 bytes/ } })
+  if (oneLine.ok) t.equal((oneLine.result as { content: string }).content.length, 2000)
+  await writeFile(path.join(ws.root, 'blob.bin'), Buffer.from([1, 2, 0, 3]))
+  t.match(await call(ws, 'fs_read', { path: 'blob.bin' }), { ok: true, result: { binary: true, content: null } })
+})
+
+t.test('fs_read errors: missing file, directory, escapes, bad arguments', async (t) => {
+  const ws = await setup(t)
+  const missing = await call(ws, 'fs_read', { path: 'src/mian.ts' })
+  t.match(missing, { ok: false, error: { errorType: 'logical', code: 'NOT_FOUND', message: '"src/mian.ts" does not exist in the workspace.' } })
+  if (!missing.ok) t.match(missing.error.recommendations[1], /fs_glob with a pattern such as "\*\*\/mian\.ts"/)
+  t.match(await call(ws, 'fs_read', { path: 'src' }), { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR' } })
+  for (const escape of ['../secret.txt', path.join(ws.base, 'secret.txt'), 'src/../../secret.txt']) {
+    t.match(await call(ws, 'fs_read', { path: escape }), { ok: false, error: { errorType: 'validation', code: 'PATH_TRAVERSAL' } }, escape)
+  }
+  await symlink(path.join(ws.base, 'secret.txt'), path.join(ws.root, 'link'))
+  t.match(await call(ws, 'fs_read', { path: 'link' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } }, 'a link pointing out')
+  t.match(await call(ws, 'fs_read', { path: 'README.md', limit: 0 }), { ok: false, error: { code: 'VALIDATION_ERROR', detail: { fields: [{ field: 'limit' }] } } })
+})
+
+t.test('fs_write creates files and folders, refuses escapes', async (t) => {
+  const ws = await setup(t)
+  t.match(await call(ws, 'fs_write', { path: 'new/deep/file.txt', content: 'héllo' }), { ok: true, result: { path: 'new/deep/file.txt', bytes: 6, created: true } })
+  t.equal(await readFile(path.join(ws.root, 'new', 'deep', 'file.txt'), 'utf8'), 'héllo')
+  t.match(await call(ws, 'fs_write', { path: 'README.md', content: 'replaced' }), { ok: true, result: { created: false } })
+  t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), 'replaced')
+  t.match(await call(ws, 'fs_write', { path: '../evil.txt', content: 'x' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
+  await symlink(path.join(ws.base, 'planted.txt'), path.join(ws.root, 'dangling'))
+  t.match(await call(ws, 'fs_write', { path: 'dangling', content: 'x' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
+  await t.rejects(readFile(path.join(ws.base, 'planted.txt')), 'nothing was written outside')
+  t.match(await call(ws, 'fs_write', { path: 'src', content: 'x' }), { ok: false, error: { code: 'IO_ERROR' } })
+})
+
+t.test('fs_edit replaces exact text; a mismatch or ambiguity is logical', async (t) => {
+  const ws = await setup(t)
+  t.match(await call(ws, 'fs_edit', { path: 'src/lib/x.ts', oldText: 'x = 1', newText: 'x = "$&"' }), { ok: true, result: { replacements: 1 } })
+  t.equal(await readFile(path.join(ws.root, 'src', 'lib', 'x.ts'), 'utf8'), 'export const x = "$&"\n', 'newText is literal')
+  const mismatch = await call(ws, 'fs_edit', { path: 'README.md', oldText: 'line four', newText: 'x' })
+  t.match(mismatch, { ok: false, error: { errorType: 'logical', code: 'NOT_FOUND', retryable: true, detail: { reason: 'no_match' } } })
+  if (!mismatch.ok) t.match(mismatch.error.recommendations[0], /Read the file with fs_read/)
+  const ambiguous = await call(ws, 'fs_edit', { path: 'README.md', oldText: 'line', newText: 'row' })
+  t.match(ambiguous, { ok: false, error: { errorType: 'logical', code: 'VALIDATION_ERROR', detail: { occurrences: 2 } } })
+  if (!ambiguous.ok) t.match(ambiguous.error.recommendations.join(' '), /replaceAll: true/)
+  t.match(await call(ws, 'fs_edit', { path: 'README.md', oldText: 'line', newText: 'row', replaceAll: true }), { ok: true, result: { replacements: 2 } })
+  t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), '# Title\nrow two\nrow three\n')
+  t.match(await call(ws, 'fs_edit', { path: 'gone.txt', oldText: 'a', newText: 'b' }), { ok: false, error: { code: 'NOT_FOUND' } })
+})
+
+t.test('fs_list lists a folder, recursively on request, links shown not followed', async (t) => {
+  const ws = await setup(t)
+  await symlink(ws.base, path.join(ws.root, 'out'))
+  t.match(await call(ws, 'fs_list', {}), {
+    ok: true,
+    result: {
+      path: '.',
+      entries: [
+        { path: 'README.md', type: 'file', size: 28 },
+        { path: 'out', type: 'symlink' },
+        { path: 'src', type: 'dir' }
+      ],
+      truncated: false
+    }
+  })
+  const deep = await call(ws, 'fs_list', { path: 'src', recursive: true })
+  t.same(deep.ok && (deep.result as { entries: { path: string }[] }).entries.map((e) => e.path), ['src/lib', 'src/main.ts', 'src/lib/x.ts'])
+  t.match(await call(ws, 'fs_list', { path: 'README.md' }), { ok: false, error: { code: 'IO_ERROR' } })
+  t.match(await call(ws, 'fs_list', { path: 'out' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
+})
+
+t.test('fs_glob matches inside the workspace only', async (t) => {
+  const ws = await setup(t)
+  await mkdir(path.join(ws.root, 'node_modules', 'pkg'), { recursive: true })
+  await writeFile(path.join(ws.root, 'node_modules', 'pkg', 'index.ts'), '')
+  await symlink(path.join(ws.base, 'secret.txt'), path.join(ws.root, 'src', 'leak.ts'))
+  t.match(await call(ws, 'fs_glob', { pattern: '**/*.ts' }), { ok: true, result: { matches: ['src/lib/x.ts', 'src/main.ts'], truncated: false } })
+  t.match(await call(ws, 'fs_glob', { pattern: 'node_modules/**/*.ts' }), { ok: true, result: { matches: ['node_modules/pkg/index.ts'] } })
+  t.match(await call(ws, 'fs_glob', { pattern: '*.ts', path: 'src/lib' }), { ok: true, result: { matches: ['src/lib/x.ts'] } })
+  t.match(await call(ws, 'fs_glob', { pattern: '../*.txt' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
+  t.match(await call(ws, 'fs_glob', { pattern: '/etc/*' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
+})
+
+t.test('fs_grep finds lines on a worker thread, filters by glob, caps matches', async (t) => {
+  const ws = await setup(t)
+  await writeFile(path.join(ws.root, 'src', 'many.txt'), 'hit\n'.repeat(50))
+  await symlink(path.join(ws.base, 'secret.txt'), path.join(ws.root, 'src', 'secret-link.txt'))
+  t.match(await call(ws, 'fs_grep', { pattern: 'x\\b', glob: '*.ts' }), {
+    ok: true,
+    result: {
+      matches: [
+        { path: 'src/lib/x.ts', line: 1, text: 'export const x = 1' },
+        { path: 'src/main.ts', line: 1 },
+        { path: 'src/main.ts', line: 2, text: 'console.log(x)' }
+      ],
+      truncated: false
+    }
+  })
+  t.match(await call(ws, 'fs_grep', { pattern: 'HIT', ignoreCase: true, maxMatches: 5 }), { ok: true, result: { truncated: true } })
+  const capped = await call(ws, 'fs_grep', { pattern: 'hit', maxMatches: 5 })
+  t.equal(capped.ok && (capped.result as { matches: unknown[] }).matches.length, 5)
+  t.match(await call(ws, 'fs_grep', { pattern: 'TOKEN' }), { ok: true, result: { matches: [] } }, 'links are not followed out')
+  t.match(await call(ws, 'fs_grep', { pattern: 'a(' }), { ok: false, error: { errorType: 'validation', code: 'VALIDATION_ERROR', detail: { reason: 'invalid_regex' } } })
+  t.match(await call(ws, 'fs_grep', { pattern: 'x', path: '../' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
+})
+
+t.test('fs_grep with a catastrophic pattern times out without blocking the service', async (t) => {
+  const ws = await setup(t)
+  await writeFile(path.join(ws.root, 'evil.txt'), `${'a'.repeat(40)}b\n`)
+  const started = Date.now()
+  const outcome = await runTool(tools.get('fs_grep') as Tool, { pattern: '^(a+)+$' }, ws.ctx(), { timeoutMs: 500, maxOutputBytes: 1000 })
+  t.match(outcome, { ok: false, error: { errorType: 'aborted', code: 'TIMEOUT' } })
+  t.ok(Date.now() - started < 1500)
+  if (!outcome.ok) t.match(outcome.error.recommendations[0], /nested quantifiers/)
+})

@@ -1,0 +1,140 @@
+import t from 'tap'
+import type { Test } from 'tap'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { createHttpFetchTool, type HttpFetchOptions } from '../../src/tools/builtin/http-fetch.ts'
+import { hostAllowed, isForbiddenAddress } from '../../src/tools/net-guard.ts'
+import { runTool, type ToolOutcome } from '../../src/tools/runtime.ts'
+import type { Tool } from '../../src/tools/types.ts'
+import { makeWorkspace } from '../fixtures/tools/context.ts'
+
+interface TestServer {
+  port: number
+  origin: string
+  hits: IncomingMessage[]
+}
+
+async function serve(t: Test, handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<TestServer> {
+  const hits: IncomingMessage[] = []
+  const server = createServer((req, res) => {
+    hits.push(req)
+    handler(req, res)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  const port = (server.address() as AddressInfo).port
+  return { port, origin: `http://127.0.0.1:${port}`, hits }
+}
+
+async function fetchWith(t: Test, options: Partial<HttpFetchOptions>, input: unknown): Promise<ToolOutcome> {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const tool = createHttpFetchTool({ allowPrivate: false, allowedHosts: [], maxBytes: 10_000, timeoutMs: 5000, maxRedirects: 5, ...options })
+  return runTool(tool as Tool, input, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 100_000 })
+}
+
+t.test('forbidden addresses: loopback, private, link-local, metadata, unspecified, and IPv4 inside IPv6', async (t) => {
+  const forbidden = [
+    '127.0.0.1', '127.1.2.3', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1', '169.254.169.254', '0.0.0.0',
+    '100.64.0.1', '224.0.0.1', '255.255.255.255', '::1', '::', 'fe80::1', 'fc00::1', 'fd00:ec2::254',
+    '::ffff:127.0.0.1', '::ffff:7f00:1', '::ffff:a9fe:a9fe', '::ffff:0:10.0.0.1', '::127.0.0.1', '64:ff9b::a9fe:a9fe',
+    '[::1]', 'not-an-ip'
+  ]
+  for (const ip of forbidden) t.equal(isForbiddenAddress(ip), true, `${ip} is refused`)
+  for (const ip of ['8.8.8.8', '1.1.1.1', '172.32.0.1', '192.169.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '64:ff9b::808:808']) {
+    t.equal(isForbiddenAddress(ip), false, `${ip} is allowed`)
+  }
+})
+
+t.test('allowed hosts match a host on any port, or host:port exactly', async (t) => {
+  t.equal(hostAllowed(new URL('http://Example.com:8080/x'), ['example.com']), true)
+  t.equal(hostAllowed(new URL('http://example.com:8080/x'), ['example.com:8080']), true)
+  t.equal(hostAllowed(new URL('http://example.com:8081/x'), ['example.com:8080']), false)
+  t.equal(hostAllowed(new URL('https://example.com/x'), ['example.com:443']), true)
+  t.equal(hostAllowed(new URL('http://[::1]:9000/'), ['[::1]:9000']), true)
+  t.equal(hostAllowed(new URL('http://evil.com/'), ['example.com', '']), false)
+})
+
+t.test('http_fetch refuses 127.0.0.1 and a 10.x address without connecting', async (t) => {
+  const target = await serve(t, (_req, res) => res.end('secret'))
+  const loopback = await fetchWith(t, {}, { url: `${target.origin}/` })
+  t.match(loopback, { ok: false, error: { errorType: 'runtime', code: 'PERMISSION_DENIED', retryable: false, detail: { address: '127.0.0.1' } } })
+  if (!loopback.ok) t.match(loopback.error.recommendations[0], /public http\(s\) URL/)
+  t.equal(target.hits.length, 0, 'the server was never reached')
+  t.match(await fetchWith(t, {}, { url: 'http://10.1.2.3/' }), { ok: false, error: { code: 'PERMISSION_DENIED', detail: { address: '10.1.2.3' } } })
+  t.match(await fetchWith(t, {}, { url: 'http://[::ffff:127.0.0.1]/' }), { ok: false, error: { code: 'PERMISSION_DENIED' } })
+  t.match(await fetchWith(t, {}, { url: 'http://2130706433/' }), { ok: false, error: { code: 'PERMISSION_DENIED' } }, 'a decimal IPv4 host')
+})
+
+t.test('http_fetch refuses a host name that resolves to loopback', async (t) => {
+  const target = await serve(t, (_req, res) => res.end('secret'))
+  t.match(await fetchWith(t, {}, { url: `http://localhost:${target.port}/` }), { ok: false, error: { code: 'PERMISSION_DENIED' } })
+  t.equal(target.hits.length, 0)
+})
+
+t.test('http_fetch refuses non-http schemes', async (t) => {
+  t.match(await fetchWith(t, {}, { url: 'file:///etc/passwd' }), { ok: false, error: { errorType: 'validation', code: 'VALIDATION_ERROR' } })
+  t.match(await fetchWith(t, {}, { url: 'not a url' }), { ok: false, error: { code: 'VALIDATION_ERROR' } })
+})
+
+t.test('an allowed host is fetched; a redirect from it to 127.0.0.1 is refused', async (t) => {
+  const inner = await serve(t, (_req, res) => res.end('inner secret'))
+  const allowed = await serve(t, (req, res) => {
+    if (req.url === '/escape') res.writeHead(302, { location: `${inner.origin}/` }).end()
+    else if (req.url === '/hop') res.writeHead(301, { location: '/page' }).end()
+    else res.writeHead(200, { 'content-type': 'text/plain' }).end(`page ${req.url}`)
+  })
+  const allow = { allowedHosts: [`127.0.0.1:${allowed.port}`] }
+
+  t.match(await fetchWith(t, allow, { url: `${allowed.origin}/page` }), {
+    ok: true,
+    result: { status: 200, body: 'page /page', truncated: false, redirects: 0, url: `${allowed.origin}/page` }
+  })
+  t.match(await fetchWith(t, allow, { url: `${allowed.origin}/hop` }), { ok: true, result: { status: 200, body: 'page /page', redirects: 1 } })
+  t.match(await fetchWith(t, allow, { url: `${allowed.origin}/escape` }), {
+    ok: false,
+    error: { code: 'PERMISSION_DENIED', detail: { url: `${inner.origin}/`, address: '127.0.0.1' } }
+  })
+  t.equal(inner.hits.length, 0, 'the redirect target was never reached')
+})
+
+t.test('redirects: credentials stay with their origin, 303 turns POST into GET, the chain is bounded', async (t) => {
+  const second = await serve(t, (req, res) => res.end(JSON.stringify({ method: req.method, auth: req.headers.authorization ?? null })))
+  const first = await serve(t, (req, res) => {
+    if (req.url === '/loop') res.writeHead(302, { location: '/loop' }).end()
+    else res.writeHead(303, { location: `${second.origin}/` }).end()
+  })
+  const allow = { allowedHosts: [`127.0.0.1:${first.port}`, `127.0.0.1:${second.port}`] }
+  const moved = await fetchWith(t, allow, { url: `${first.origin}/`, method: 'POST', body: 'x', headers: { Authorization: 'Bearer s3cret' } })
+  t.match(moved, { ok: true, result: { status: 200, redirects: 1 } })
+  if (moved.ok) t.same(JSON.parse((moved.result as { body: string }).body), { method: 'GET', auth: null })
+  t.match(await fetchWith(t, allow, { url: `${first.origin}/loop` }), { ok: false, error: { code: 'IO_ERROR', detail: { reason: 'too_many_redirects' } } })
+  t.equal(first.hits.filter((r) => r.url === '/loop').length, 6, 'the first request and 5 redirects')
+})
+
+t.test('the socket connects to the checked address, not to a fresh DNS answer', async (t) => {
+  const target = await serve(t, (req, res) => res.end(`host ${req.headers.host}`))
+  // "app.invalid" exists only in this resolver: if the connection did its own lookup, it would fail.
+  const resolve = async (hostname: string) => (hostname === 'app.invalid' ? [{ address: '127.0.0.1', family: 4 as const }] : [])
+  const url = `http://app.invalid:${target.port}/`
+  t.match(await fetchWith(t, { resolve, allowedHosts: [`app.invalid:${target.port}`] }, { url }), {
+    ok: true,
+    result: { status: 200, body: `host app.invalid:${target.port}` }
+  })
+  t.match(await fetchWith(t, { resolve }, { url }), { ok: false, error: { code: 'PERMISSION_DENIED' } }, 'the same host, not allowed')
+})
+
+t.test('http_fetch keeps at most maxBytes of the body, and allowPrivate opens everything', async (t) => {
+  const big = await serve(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end('x'.repeat(5_000_000))
+  })
+  const outcome = await fetchWith(t, { allowPrivate: true, maxBytes: 1000 }, { url: `${big.origin}/` })
+  t.match(outcome, { ok: true, result: { status: 200, truncated: true } })
+  if (outcome.ok) t.match((outcome.result as { body: string }).body, /^x{1000}\n\[output truncated: showing the first 1000 of \d+ bytes\]$/)
+  const binary = await serve(t, (_req, res) => res.writeHead(200, { 'content-type': 'image/png' }).end(Buffer.from([1, 2, 3])))
+  t.match(await fetchWith(t, { allowPrivate: true }, { url: `${binary.origin}/` }), { ok: true, result: { body: null, note: /Binary content \(image\/png\)/ } })
+})

@@ -1,0 +1,160 @@
+import t from 'tap'
+import type { Test } from 'tap'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { Value } from '@sinclair/typebox/value'
+import { ToolSpecError, checkToolInput, parametersFromJsonSchema, plainJsonSchema } from '../../src/tools/json-schema.ts'
+import { runTool } from '../../src/tools/runtime.ts'
+import { createWebhookTool } from '../../src/tools/webhook.ts'
+import { makeWorkspace } from '../fixtures/tools/context.ts'
+
+const weatherParameters = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', minLength: 1, description: 'City name' },
+    days: { type: 'integer', minimum: 1, maximum: 7 },
+    units: { enum: ['metric', 'imperial'] },
+    when: { type: 'string', format: 'date-time' }
+  },
+  required: ['city'],
+  additionalProperties: false
+}
+
+async function webhookServer(t: Test, handler: (body: unknown, req: IncomingMessage, res: ServerResponse) => void) {
+  const bodies: unknown[] = []
+  const server = createServer(async (req, res) => {
+    let text = ''
+    for await (const chunk of req) text += chunk
+    const body = JSON.parse(text) as unknown
+    bodies.push(body)
+    handler(body, req, res)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => {
+    server.closeAllConnections()
+    server.close()
+  })
+  const port = (server.address() as AddressInfo).port
+  return { port, url: `http://127.0.0.1:${port}/hook`, bodies }
+}
+
+t.test('a webhook tool POSTs the call and returns the JSON answer', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"temp":21}'))
+  const tool = createWebhookTool(
+    { name: 'weather', description: 'Weather by city', parameters: weatherParameters, url: hook.url },
+    { allowedHosts: [`127.0.0.1:${hook.port}`] }
+  )
+  t.equal(tool.kind, 'webhook')
+  t.same(plainJsonSchema(tool.parameters), weatherParameters, 'the client schema is shown exactly as given')
+
+  const outcome = await runTool(tool, { city: 'Oslo', days: 2, when: 'not checked: format is an annotation' }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.same(outcome.ok && outcome.result, { temp: 21 })
+  t.same(hook.bodies, [
+    { callId: 'call_test', sessionId: 'ses_test', name: 'weather', input: { city: 'Oslo', days: 2, when: 'not checked: format is an annotation' } }
+  ])
+})
+
+t.test('arguments are checked against the client schema before the webhook is called', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.end('{}'))
+  const tool = createWebhookTool({ name: 'weather', description: 'd', parameters: weatherParameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const outcome = await runTool(tool, { days: 9, units: 'kelvin', extra: 1 }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.match(outcome, { ok: false, error: { errorType: 'validation', code: 'VALIDATION_ERROR' } })
+  if (!outcome.ok) {
+    const fields = (outcome.error.detail?.['fields'] as { field: string; expected: string }[]).map((f) => `${f.field}: ${f.expected}`)
+    t.same(fields, ['city: string length >= 1', 'extra: no such field', 'days: integer >= 1 <= 7', 'units: "metric" or "imperial"'])
+  }
+  t.equal(hook.bodies.length, 0)
+})
+
+t.test('webhook failures: non-2xx, 429, not JSON, timeout, too large', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (body, _req, res) => {
+    const mode = (body as { input: { mode: string } }).input.mode
+    if (mode === 'fail') res.writeHead(500).end('boom')
+    else if (mode === 'busy') res.writeHead(429).end()
+    else if (mode === 'text') res.end('hello')
+    else if (mode === 'big') res.end(JSON.stringify('x'.repeat(5000)))
+    else if (mode === 'logical') res.end('{"ok":false,"error":"no such city","code":"NOT_FOUND"}')
+  })
+  const parameters = { type: 'object', properties: { mode: { type: 'string' } }, required: ['mode'] }
+  const tool = createWebhookTool({ name: 'hook', description: 'd', parameters, url: hook.url, timeoutMs: 200 }, { allowedHosts: ['127.0.0.1'], maxResponseBytes: 1000 })
+  const call = (mode: string) => runTool(tool, { mode }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 10_000 })
+
+  t.match(await call('fail'), { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: true, detail: { status: 500, body: 'boom' } } })
+  t.match(await call('busy'), { ok: false, error: { errorType: 'runtime', code: 'RATE_LIMITED' } })
+  t.match(await call('text'), { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', message: /not JSON/ } })
+  t.match(await call('big'), { ok: false, error: { code: 'OUTPUT_TOO_LARGE' } })
+  t.match(await call('logical'), { ok: false, error: { errorType: 'logical', code: 'NOT_FOUND', message: 'no such city' } }, '{ok:false} from the webhook is logical')
+  const started = Date.now()
+  t.match(await call('hang'), { ok: false, error: { errorType: 'aborted', code: 'TIMEOUT', detail: { timeoutMs: 200 } } })
+  t.ok(Date.now() - started < 1200)
+})
+
+t.test('a webhook host must be allowed, checked when the tool is created', async (t) => {
+  const spec = { name: 'w', description: 'd', parameters: { type: 'object' }, url: 'https://hooks.example.com/x' }
+  t.throws(() => createWebhookTool(spec, { allowedHosts: ['other.example.com'] }), { name: 'ToolSpecError', field: 'url', message: /not allowed/ })
+  t.throws(() => createWebhookTool(spec, { allowedHosts: [] }), { message: /allows no webhook hosts/ })
+  t.throws(() => createWebhookTool({ ...spec, url: 'ftp://hooks.example.com/' }, { allowedHosts: ['hooks.example.com'] }), { field: 'url', message: /http or https/ })
+  t.throws(() => createWebhookTool({ ...spec, url: 'https://u:p@hooks.example.com/' }, { allowedHosts: ['hooks.example.com'] }), { message: /credentials/ })
+  t.equal(createWebhookTool(spec, { allowedHosts: ['hooks.example.com'] }).url, 'https://hooks.example.com/x')
+})
+
+t.test('JSON Schema parameters: what cannot be checked is refused at creation, naming where', async (t) => {
+  const refused: [unknown, string, RegExp][] = [
+    [{ type: 'string' }, 'parameters', /must be an object schema/],
+    [[], 'parameters', /JSON Schema object/],
+    [{ type: 'object', properties: { a: { $ref: '#/defs/a' } } }, 'parameters.properties.a', /"\$ref" is not supported/],
+    [{ type: 'object', properties: { a: { type: 'strin' } } }, 'parameters.properties.a.type', /must be one of/],
+    [{ type: 'object', properties: { a: { type: 'string', pattern: '(' } } }, 'parameters.properties.a.pattern', /not a valid regular expression/],
+    [{ type: 'object', properties: { a: { type: 'array', items: [{ type: 'string' }] } } }, 'parameters.properties.a.items', /tuple/],
+    [{ type: 'object', properties: { a: { enum: [] } } }, 'parameters.properties.a.enum', /non-empty/],
+    [{ type: 'object', properties: { a: { const: { x: 1 } } } }, 'parameters.properties.a.const', /constant values/],
+    [{ type: 'object', properties: { a: { minLength: 1 } } }, 'parameters.properties.a', /needs a "type"/]
+  ]
+  for (const [schema, field, message] of refused) {
+    const err = (() => {
+      try {
+        parametersFromJsonSchema(schema)
+        return null
+      } catch (e) {
+        return e
+      }
+    })()
+    t.ok(err instanceof ToolSpecError, `${JSON.stringify(schema)} is refused`)
+    t.equal((err as ToolSpecError).field, field)
+    t.match((err as ToolSpecError).reason, message)
+  }
+})
+
+t.test('JSON Schema parameters are checked faithfully, also by plain Value.Check', async (t) => {
+  const parameters = parametersFromJsonSchema({
+    type: 'object',
+    properties: {
+      tags: { type: 'array', items: { type: 'string' }, maxItems: 2, uniqueItems: true },
+      value: { anyOf: [{ type: 'number' }, { type: 'null' }] },
+      mode: { type: ['string', 'boolean'] },
+      nested: { type: 'object', properties: { on: { const: true } }, required: ['on'], additionalProperties: { type: 'integer' } }
+    },
+    required: ['tags']
+  })
+  const ok = { tags: ['a', 'b'], value: null, mode: true, nested: { on: true, n: 3 }, other: 'extra allowed' }
+  t.equal(checkToolInput('t', parameters, ok), null)
+  t.equal(Value.Check(parameters, ok), true, 'Value.Check works on the parameters object')
+  for (const bad of [
+    { tags: ['a', 'a'] },
+    { tags: ['a', 'b', 'c'] },
+    { tags: [], value: 'x' },
+    { tags: [], mode: 1 },
+    { tags: [], nested: { on: false } },
+    { tags: [], nested: { on: true, n: 'x' } },
+    {}
+  ]) {
+    t.not(checkToolInput('t', parameters, bad), null, `${JSON.stringify(bad)} is refused`)
+    t.equal(Value.Check(parameters, bad), false)
+  }
+})
