@@ -41,6 +41,7 @@ export const EnvSchema = Type.Object({
   AGENTD_BODY_LIMIT: integer('an integer of bytes from 1024 to 104857600', '1048576'),
   AGENTD_SHUTDOWN_GRACE_MS: integer('an integer of milliseconds from 0 to 3600000', '10000'),
   AGENTD_BASH_ENABLED: boolean('true or false', 'false'),
+  AGENTD_METRICS_PUBLIC: boolean('true or false', 'true'),
   AGENTD_WEBHOOK_HOSTS: Type.String({
     default: '',
     pattern: '^[A-Za-z0-9.:\\[\\]-]*(,[A-Za-z0-9.:\\[\\]-]+)*$',
@@ -74,6 +75,8 @@ export interface Config {
   bodyLimit: number
   shutdownGraceMs: number
   bashEnabled: boolean
+  /** True when GET /metrics needs no API key. */
+  metricsPublic: boolean
   webhookHosts: readonly string[]
   fetchAllowHosts: readonly string[]
 }
@@ -167,6 +170,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     bodyLimit: Number(env.AGENTD_BODY_LIMIT),
     shutdownGraceMs: Number(env.AGENTD_SHUTDOWN_GRACE_MS),
     bashEnabled: flag(env.AGENTD_BASH_ENABLED),
+    metricsPublic: flag(env.AGENTD_METRICS_PUBLIC),
     webhookHosts: list(env.AGENTD_WEBHOOK_HOSTS),
     fetchAllowHosts: list(env.AGENTD_FETCH_ALLOW_HOSTS)
   })
