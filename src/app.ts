@@ -13,20 +13,23 @@ import { ApiError, errorEnvelopePlugin } from './http/errors.ts'
 import { idempotencyPlugin } from './http/idempotency.ts'
 import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
+import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
+import { securityPlugin } from './http/security.ts'
 import type { ModelProvider } from './model/types.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
 import { sessionRoutes } from './routes/sessions.ts'
-import { ClientToolSpecSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
+import { toolRoutes } from './routes/tools.ts'
+import { ClientToolSpecSchema, ToolSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
 import { EventSchema } from './schemas/events.ts'
 import { MessageSchema, RunSchema } from './schemas/messages.ts'
 import { SessionSchema } from './schemas/sessions.ts'
 import { openStore } from './store/index.ts'
 import { observeStore } from './store/observed.ts'
 import type { Store } from './store/store.ts'
-import { ToolCatalog } from './tools/catalog.ts'
+import { ToolCatalog, type ToolCatalogOptions } from './tools/catalog.ts'
 import { version } from './version.ts'
 
 /** Mutable service state shared by routes and the process owner (server.ts). */
@@ -72,6 +75,8 @@ export interface AppOptions {
   logger?: FastifyServerOptions['logger']
   /** Overrides of the model retry policy (tests shorten the backoff). */
   retryPolicy?: Partial<RetryPolicy>
+  /** Tool output and concurrency limits. */
+  tools?: ToolCatalogOptions
   /** SSE keep-alive interval; SPEC default 15 s. */
   ssePingMs?: number
   /** How far (bytes) an SSE reader may fall behind before it is dropped; default 4 MiB. */
@@ -127,7 +132,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   const events = new EventLog(store)
-  const tools = new ToolCatalog(config)
+  const tools = new ToolCatalog(config, options.tools ?? {})
   const runs = new RunManager({
     store,
     events,
@@ -175,11 +180,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     for (const stream of [...streams]) stream.end('server closing')
   })
 
-  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
+  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
   await app.register(openApiPlugin, { version })
+  await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
   await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths: [...(config.metricsPublic ? ['/metrics'] : []), '/openapi.json', '/docs', '/docs/*'] })
 
   await app.register(idempotencyPlugin, {
@@ -197,10 +203,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   })
 
   await app.register(metricsPlugin)
+  await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0 })
   await app.register(healthRoutes)
   await app.register(sessionRoutes)
   await app.register(messageRoutes)
   await app.register(eventRoutes)
+  await app.register(toolRoutes)
 
   // Runs a previous process left unfinished are ended or queued again before any request.
   await runs.recover()

@@ -15,7 +15,9 @@ import type { SessionToolSet } from './tool-set.ts'
 /** How a tool call that the service runs is executed (the isolation runtime). */
 export type ExecuteTool = (
   call: ToolCallRecord,
-  signal: AbortSignal
+  signal: AbortSignal,
+  /** A tool's custom progress event (ToolContext.emit), published as `tool:<type>`. */
+  emit: (type: string, data: Record<string, unknown>) => Promise<unknown>
 ) => Promise<{ ok: true; result: unknown } | { ok: false; error: ClassifiedError }>
 
 export interface ApprovalDecision {
@@ -269,7 +271,8 @@ export class RunExecution {
       } else {
         record.state = 'executing'
         await save()
-        outcome = await this.#hooks.executeTool(record, this.#signal)
+        outcome = await this.#hooks.executeTool(record, this.#signal, (type, data) =>
+          this.emit('progress', `tool:${type}`, { callId: record.id, name: record.name, ...data }))
       }
     } catch (err) {
       if (this.#signal.aborted) {

@@ -64,8 +64,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
     const tools = await app.agentd.tools.validateSelection(body.tools).catch((err: unknown) => {
       if (!(err instanceof ToolSelectionError)) throw err
-      throw apiError('VALIDATION_ERROR', `Invalid tools: ${err.problems.join('; ')}`, {
-        fields: err.problems.map((message) => ({ field: 'body.tools', message, keyword: 'tools' }))
+      throw apiError('VALIDATION_ERROR', `Invalid tools: ${err.message}`, {
+        fields: err.problems.map((p) => ({ field: `body.${p.field}`, message: p.message, keyword: 'tools' }))
       })
     })
     const now = new Date().toISOString()

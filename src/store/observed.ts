@@ -15,7 +15,9 @@ export function observeStore(store: Store, health: StoreHealth, onFailure: (oper
   return new Proxy(store, {
     get(target, property, receiver) {
       const value: unknown = Reflect.get(target, property, receiver)
-      if (typeof value !== 'function' || property === 'close' || property === 'migrate') return value
+      if (typeof value !== 'function') return value
+      // The methods use private fields, so they must run on the target, not on the proxy.
+      if (property === 'close' || property === 'migrate') return value.bind(target)
       const operation = String(property)
       return (...args: unknown[]) => {
         const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args)

@@ -1,43 +1,105 @@
+import type { ChatCompletionTool } from 'openai/resources/chat/completions'
 import type { Logger } from 'pino'
 import type { ExecuteTool } from '../agent/run-execution.ts'
-import type { SessionToolSet } from '../agent/tool-set.ts'
+import type { SessionTool, SessionToolSet } from '../agent/tool-set.ts'
 import type { Config } from '../config.ts'
+import type { ToolSpec } from '../schemas/tools.ts'
 import type { SessionRecord } from '../store/store.ts'
+import { createBuiltinTools, DEFAULT_TOOL_NAMES } from './builtin/index.ts'
+import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
+import { createConcurrencyLimiter, runTool } from './runtime.ts'
+import { ensureWorkspace } from './workspace.ts'
 
-/** A tool selection that names tools the server does not have. */
+/** A tool selection the server cannot honour (unknown name, host not allowed, bad schema). */
 export class ToolSelectionError extends Error {
-  readonly problems: string[]
-  constructor(problems: string[]) {
-    super(problems.join('; '))
+  readonly problems: ToolSelectionProblem[]
+  constructor(problems: ToolSelectionProblem[]) {
+    super(problems.map((p) => `${p.field} ${p.message}`).join('; '))
     this.problems = problems
   }
 }
 
-/** The tools sessions may select, resolved per session, and how their calls are executed. */
-export class ToolCatalog {
-  readonly defaultNames = ['fs_read', 'fs_write', 'fs_edit', 'fs_list', 'fs_glob', 'fs_grep']
-  readonly #config: Readonly<Config>
+export interface ToolCatalogOptions {
+  /** Bytes of one tool result the model gets; longer results are cut with a note. */
+  maxOutputBytes?: number
+  /** Tool calls of one session that may run at once. */
+  perSessionConcurrency?: number
+}
 
-  constructor(config: Readonly<Config>) {
+/**
+ * The bridge between sessions and the tools layer: checks a session's selection when it is
+ * created, resolves it for each run, and executes server-side calls in the isolation runtime
+ * inside the session's workspace.
+ */
+export class ToolCatalog {
+  readonly defaultNames: string[] = [...DEFAULT_TOOL_NAMES]
+  readonly registry: ToolRegistry
+  readonly #config: Readonly<Config>
+  readonly #maxOutputBytes: number
+  readonly #limiter: ReturnType<typeof createConcurrencyLimiter>
+
+  constructor(config: Readonly<Config>, options: ToolCatalogOptions = {}) {
     this.#config = config
+    this.#maxOutputBytes = options.maxOutputBytes ?? 100_000
+    this.#limiter = createConcurrencyLimiter(options.perSessionConcurrency ?? 4)
+    this.registry = new ToolRegistry({ webhook: { allowedHosts: config.webhookHosts } })
+    for (const tool of createBuiltinTools({
+      bashEnabled: config.bashEnabled,
+      httpFetch: { allowPrivate: false, allowedHosts: config.fetchAllowHosts },
+      maxOutputBytes: this.#maxOutputBytes
+    })) {
+      this.registry.register(tool)
+    }
+  }
+
+  /** GET /v1/tools: every server tool with its JSON Schema. */
+  list(): ToolInfo[] {
+    return this.registry.list()
   }
 
   /** Checks a session's tool selection; returns it as it will be stored (null = server defaults). */
-  async validateSelection(selection: unknown[] | undefined): Promise<unknown[] | null> {
+  async validateSelection(selection: Array<string | ToolSpec> | undefined): Promise<Array<string | ToolSpec> | null> {
     if (selection === undefined) return null
-    const unknown = selection.filter((item) => typeof item === 'string' && !this.defaultNames.includes(item))
-    if (unknown.length > 0) throw new ToolSelectionError(unknown.map((name) => `unknown tool ${String(name)}`))
+    const resolved = this.registry.resolveSelection(selection)
+    if (!resolved.ok) throw new ToolSelectionError(resolved.problems)
     return selection
   }
 
-  /** The tools of one session. */
-  async resolve(_session: SessionRecord): Promise<SessionToolSet> {
-    return { names: [], definitions: [], get: () => undefined }
+  /** The tools of one session, as its runs offer them to the model. */
+  async resolve(session: SessionRecord): Promise<SessionToolSet> {
+    const resolved = this.registry.resolveSelection((session.tools ?? undefined) as Array<string | ToolSpec> | undefined)
+    // A stored selection was valid when the session was created; a later config change (a
+    // webhook host removed) drops that tool rather than failing every run of the session.
+    const tools = resolved.ok ? resolved.tools : []
+    const byName = new Map<string, SessionTool>()
+    const definitions: ChatCompletionTool[] = []
+    for (const tool of tools) {
+      const info = describeTool(tool)
+      definitions.push({ type: 'function', function: { name: info.name, description: info.description, parameters: info.parameters } })
+      byName.set(
+        tool.name,
+        isClientTool(tool)
+          ? { kind: 'client', name: tool.name, description: tool.description, parameters: info.parameters }
+          : { kind: 'server', name: tool.name, tool }
+      )
+    }
+    return { names: [...byName.keys()], definitions, get: (name) => byName.get(name) }
   }
 
-  /** Executes server-side tool calls of one session. */
-  async executor(_session: SessionRecord, _logger: Logger): Promise<ExecuteTool> {
-    void this.#config
-    return async () => { throw new Error('no tools yet') }
+  /** Executes server-side tool calls of one session in the isolation runtime. */
+  async executor(session: SessionRecord, logger: Logger): Promise<ExecuteTool> {
+    const workspace = await ensureWorkspace(this.#config.workspaces, session.id)
+    const tools = await this.resolve(session)
+    const timeoutMs = Math.min(session.limits.toolTimeoutMs ?? this.#config.toolTimeoutMs, this.#config.toolTimeoutMs)
+    return async (call, signal, emit) => {
+      const entry = tools.get(call.name)
+      if (!entry || entry.kind !== 'server') throw new Error(`${call.name} is not a server tool of this session`)
+      const outcome = await this.#limiter.run(session.id, () =>
+        runTool(entry.tool, call.input, {
+          signal, sessionId: session.id, callId: call.id, workspace, logger: logger.child({ callId: call.id, tool: call.name }),
+          emit: (type, data) => void emit(type, data)
+        }, { timeoutMs, maxOutputBytes: this.#maxOutputBytes }), signal)
+      return outcome.ok ? { ok: true, result: outcome.result } : { ok: false, error: outcome.error }
+    }
   }
 }
