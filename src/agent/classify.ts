@@ -536,10 +536,13 @@ function recommend(
       }
       return [`Access to ${path ? `"${path}"` : 'this resource'} is not permitted; do not retry it, choose another target.`]
     case 'IO_ERROR':
+      if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
       if (toolName === 'http_fetch') return ['Check the URL and that the host is reachable; retry once if the failure looks transient.']
       if (reason === 'is_directory' || detail?.['errno'] === 'EISDIR') {
         return [`"${path}" is a directory; use fs_list to see its entries, or name a file inside it.`]
       }
+      if (reason === 'not_directory') return [`"${path}" is a file, not a folder; read it with fs_read, or list its parent folder.`]
+      if (reason === 'not_regular_file') return [`"${path}" is a pipe, socket or device; only regular files can be read or written.`]
       return ['An input/output operation failed; retry once, and if it fails again try another approach.']
     case 'RATE_LIMITED':
       return ['The target is rate limited; wait before calling it again, and make fewer calls.']

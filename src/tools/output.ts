@@ -37,6 +37,7 @@ export class CappedBuffer {
     this.maxBytes = maxBytes
   }
 
+  /** Keeps what fits of `chunk` and counts all of it. */
   push(chunk: Buffer): void {
     this.total += chunk.length
     const room = this.maxBytes - this.kept
@@ -46,6 +47,7 @@ export class CappedBuffer {
     this.kept += part.length
   }
 
+  /** True once bytes were dropped. */
   get truncated(): boolean {
     return this.total > this.kept
   }

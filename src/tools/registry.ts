@@ -84,10 +84,12 @@ export class ToolRegistry {
     return this
   }
 
+  /** The server tool of that name. */
   get(name: string): Tool | undefined {
     return this.tools.get(name)
   }
 
+  /** Names of every server tool, in registration order. */
   names(): string[] {
     return [...this.tools.keys()]
   }

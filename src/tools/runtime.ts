@@ -64,12 +64,9 @@ export async function runTool(tool: Tool, rawInput: unknown, ctx: ToolContext, o
     if (settled.kind === 'aborted') {
       return failed(timedOut ? toolTimeout(tool.name, opts.timeoutMs, rawInput) : toolInterrupted(tool.name))
     }
-    if (settled.kind === 'error') {
-      return failed(classifyToolError(tool.name, settled.error, rawInput, { workspace: ctx.workspace }))
-    }
-    if (isLogicalFailure(settled.value)) {
-      const error = classifyToolError(tool.name, settled.value, rawInput, { workspace: ctx.workspace })
-      return failed(capDetail(error, opts.maxOutputBytes))
+    if (settled.kind === 'error' || isLogicalFailure(settled.value)) {
+      const failure = settled.kind === 'error' ? settled.error : settled.value
+      return failed(capDetail(classifyToolError(tool.name, failure, rawInput, { workspace: ctx.workspace }), opts.maxOutputBytes))
     }
     const capped = capResult(settled.value, opts.maxOutputBytes)
     if (!capped.ok) return failed(capped.error)

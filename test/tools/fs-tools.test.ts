@@ -1,5 +1,6 @@
 import t from 'tap'
 import type { Test } from 'tap'
+import { execFileSync } from 'node:child_process'
 import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import { createBuiltinTools } from '../../src/tools/builtin/index.ts'
@@ -104,6 +105,22 @@ t.test('fs_edit replaces exact text; a mismatch or ambiguity is logical', async 
   t.match(await call(ws, 'fs_edit', { path: 'README.md', oldText: 'line', newText: 'row', replaceAll: true }), { ok: true, result: { replacements: 2 } })
   t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), '# Title\nrow two\nrow three\n')
   t.match(await call(ws, 'fs_edit', { path: 'gone.txt', oldText: 'a', newText: 'b' }), { ok: false, error: { code: 'NOT_FOUND' } })
+})
+
+t.test('a FIFO is refused at once instead of blocking a thread', async (t) => {
+  const ws = await setup(t)
+  execFileSync('mkfifo', [path.join(ws.root, 'pipe')])
+  const started = Date.now()
+  for (const [name, input] of [
+    ['fs_read', { path: 'pipe' }],
+    ['fs_edit', { path: 'pipe', oldText: 'a', newText: 'b' }],
+    ['fs_write', { path: 'pipe', content: 'x' }]
+  ] as const) {
+    const outcome = await call(ws, name, input)
+    t.match(outcome, { ok: false, error: { code: 'IO_ERROR', retryable: false, detail: { reason: 'not_regular_file' } } }, name)
+    if (!outcome.ok) t.match(outcome.error.recommendations[0], /pipe, socket or device/)
+  }
+  t.ok(Date.now() - started < 1000)
 })
 
 t.test('fs_list lists a folder, recursively on request, links shown not followed', async (t) => {

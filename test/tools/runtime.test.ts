@@ -69,7 +69,7 @@ t.test('a tool that hangs ignoring its signal ends as TIMEOUT by its deadline, t
   t.match(outcome, { ok: false, error: { errorType: 'aborted', code: 'TIMEOUT', retryable: false, detail: { timeoutMs: 300 } } })
   t.ok(elapsed >= 290 && elapsed < 300 + 1000, `settled after ${elapsed} ms`)
   t.ok(sawAbort, 'the tool’s signal fired')
-  t.ok(ticker.ticks() >= 10, `the main thread kept ticking (${ticker.ticks()} ticks)`)
+  t.ok(ticker.ticks() >= 5, `the main thread kept ticking (${ticker.ticks()} ticks)`)
 })
 
 t.test('a late result after the timeout is dropped', async (t) => {

@@ -2,6 +2,7 @@ import { readFile, stat, writeFile } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../../agent/classify.ts'
 import type { Tool } from '../types.ts'
+import { notRegularFile } from './fs-read.ts'
 import { resolveInWorkspace } from '../workspace.ts'
 
 const Parameters = Type.Object(
@@ -25,6 +26,7 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
       const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true })
       const info = await stat(file)
       if (info.isDirectory()) throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
+      if (!info.isFile()) throw notRegularFile(input.path)
       if (info.size > opts.maxFileBytes) {
         throw new ToolFailure('OUTPUT_TOO_LARGE', `"${input.path}" is ${info.size} bytes; fs_edit handles files up to ${opts.maxFileBytes} bytes.`, {
           path: input.path,

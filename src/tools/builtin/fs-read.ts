@@ -32,6 +32,8 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
       if (info.isDirectory()) {
         throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
       }
+      // Opening a FIFO or device would block a libuv thread for good, whatever the timeout does.
+      if (!info.isFile()) throw notRegularFile(input.path)
       if (await looksBinary(file)) {
         return { path: input.path, binary: true, size: info.size, content: null, note: 'The file looks binary (it contains NUL bytes); not shown.' }
       }
@@ -63,6 +65,11 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
       return result
     }
   }
+}
+
+/** A FIFO, socket or device: reading it could block forever. */
+export function notRegularFile(relPath: string): ToolFailure {
+  return new ToolFailure('IO_ERROR', `"${relPath}" is not a regular file.`, { path: relPath, reason: 'not_regular_file' }, { retryable: false })
 }
 
 async function looksBinary(file: string): Promise<boolean> {

@@ -4,6 +4,7 @@ import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../../agent/classify.ts'
 import type { Tool } from '../types.ts'
+import { notRegularFile } from './fs-read.ts'
 import { resolveInWorkspace } from '../workspace.ts'
 
 const Parameters = Type.Object(
@@ -25,13 +26,16 @@ export function createFsWriteTool(): Tool<typeof Parameters> {
       const existed = await stat(file).then(
         (s) => {
           if (s.isDirectory()) throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
+          if (!s.isFile()) throw notRegularFile(input.path)
           return true
         },
         () => false
       )
       await mkdir(path.dirname(file), { recursive: true })
-      // O_NOFOLLOW: a link swapped in after the check above cannot redirect the write.
-      const handle = await open(file, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o644)
+      // O_NOFOLLOW: a link swapped in after the checks above cannot redirect the write;
+      // O_NONBLOCK: nor can a FIFO block the open (it fails instead). Regular files ignore it.
+      const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK
+      const handle = await open(file, flags, 0o644)
       try {
         await handle.writeFile(input.content, { signal: ctx.signal })
       } finally {
