@@ -267,7 +267,8 @@ export class RunExecution {
       } else if (!(await this.#approve(record))) {
         outcome = { ok: false, error: deniedByUser(call.name, this.#lastNote) }
       } else if (tool.kind === 'client') {
-        outcome = await this.#awaitClient(record)
+        const invalid = tool.check(parsed.value)
+        outcome = invalid ? { ok: false, error: invalid } : await this.#awaitClient(record)
       } else {
         record.state = 'executing'
         await save()

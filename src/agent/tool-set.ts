@@ -1,10 +1,18 @@
 import type { ChatCompletionTool } from 'openai/resources/chat/completions'
+import type { ClassifiedError } from '../schemas/common.ts'
 import type { Tool } from '../tools/types.ts'
 
 /** A tool as one session sees it: run by the service, or by the client (the run pauses for it). */
 export type SessionTool =
   | { kind: 'server'; name: string; tool: Tool }
-  | { kind: 'client'; name: string; description: string; parameters: Record<string, unknown> }
+  | {
+      kind: 'client'
+      name: string
+      description: string
+      parameters: Record<string, unknown>
+      /** Checks the model's arguments against the parameters before the run pauses; null when valid. */
+      check(input: unknown): ClassifiedError | null
+    }
 
 /** The tools of one session: what the model is offered and how each name is run. */
 export interface SessionToolSet {

@@ -6,6 +6,7 @@ import type { Config } from '../config.ts'
 import type { ToolSpec } from '../schemas/tools.ts'
 import type { SessionRecord } from '../store/store.ts'
 import { createBuiltinTools, DEFAULT_TOOL_NAMES } from './builtin/index.ts'
+import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
 import { createConcurrencyLimiter, runTool } from './runtime.ts'
 import { ensureWorkspace } from './workspace.ts'
@@ -79,7 +80,10 @@ export class ToolCatalog {
       byName.set(
         tool.name,
         isClientTool(tool)
-          ? { kind: 'client', name: tool.name, description: tool.description, parameters: info.parameters }
+          ? {
+              kind: 'client', name: tool.name, description: tool.description, parameters: info.parameters,
+              check: (input) => checkToolInput(tool.name, tool.parameters, input)
+            }
           : { kind: 'server', name: tool.name, tool }
       )
     }
