@@ -51,7 +51,15 @@ export const EnvSchema = Type.Object({
     default: '',
     pattern: '^[A-Za-z0-9.:\\[\\]-]*(,[A-Za-z0-9.:\\[\\]-]+)*$',
     description: 'a comma list of private or loopback hosts http_fetch may reach anyway'
-  })
+  }),
+  AGENTD_CORS_ORIGINS: Type.String({
+    default: '',
+    pattern: '^((\\*|https?://[^,/\\s]+)(,(\\*|https?://[^,/\\s]+))*)?$',
+    description: 'a comma list of browser origins (scheme://host[:port]) or *; empty turns CORS off'
+  }),
+  AGENTD_RATE_LIMIT_MAX: integer('an integer from 0 to 1000000 (0 turns rate limiting off)', '600'),
+  AGENTD_RATE_LIMIT_WINDOW_MS: integer('an integer of milliseconds from 1000 to 86400000', '60000'),
+  AGENTD_HSTS_MAX_AGE: integer('an integer of seconds from 0 to 63072000 (0 sends no Strict-Transport-Security)', '0')
 })
 export type Env = Static<typeof EnvSchema>
 
@@ -79,6 +87,12 @@ export interface Config {
   metricsPublic: boolean
   webhookHosts: readonly string[]
   fetchAllowHosts: readonly string[]
+  /** Browser origins CORS allows ('*' for any); empty when CORS is off. */
+  corsOrigins: readonly string[]
+  /** Requests per window per tenant (per IP without API keys); max 0 means no limit. */
+  rateLimit: { max: number; windowMs: number }
+  /** Strict-Transport-Security max-age in seconds; 0 sends no header. */
+  hstsMaxAge: number
 }
 
 /** One bad variable: what it is called, what was wrong, what form it must take. */
@@ -98,7 +112,10 @@ const ranges: Partial<Record<keyof Env, [number, number]>> = {
   AGENTD_MODEL_TIMEOUT_MS: [100, 3_600_000],
   AGENTD_MODEL_MAX_RETRIES: [0, 10],
   AGENTD_BODY_LIMIT: [1024, 104_857_600],
-  AGENTD_SHUTDOWN_GRACE_MS: [0, 3_600_000]
+  AGENTD_SHUTDOWN_GRACE_MS: [0, 3_600_000],
+  AGENTD_RATE_LIMIT_MAX: [0, 1_000_000],
+  AGENTD_RATE_LIMIT_WINDOW_MS: [1000, 86_400_000],
+  AGENTD_HSTS_MAX_AGE: [0, 63_072_000]
 }
 
 const LOOPBACK = /^(localhost|127(\.\d{1,3}){3}|::1|\[::1\])$/i
@@ -172,6 +189,9 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     bashEnabled: flag(env.AGENTD_BASH_ENABLED),
     metricsPublic: flag(env.AGENTD_METRICS_PUBLIC),
     webhookHosts: list(env.AGENTD_WEBHOOK_HOSTS),
-    fetchAllowHosts: list(env.AGENTD_FETCH_ALLOW_HOSTS)
+    fetchAllowHosts: list(env.AGENTD_FETCH_ALLOW_HOSTS),
+    corsOrigins: list(env.AGENTD_CORS_ORIGINS),
+    rateLimit: { max: Number(env.AGENTD_RATE_LIMIT_MAX), windowMs: Number(env.AGENTD_RATE_LIMIT_WINDOW_MS) },
+    hstsMaxAge: Number(env.AGENTD_HSTS_MAX_AGE)
   })
 }

@@ -1,0 +1,73 @@
+import cors from '@fastify/cors'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+
+export interface SecurityOptions {
+  /** Browser origins CORS allows ('*' for any); empty leaves CORS off. */
+  corsOrigins: readonly string[]
+  /** Strict-Transport-Security max-age in seconds; 0 sends no header. */
+  hstsMaxAge: number
+}
+
+/** Request headers a browser client may send cross-origin. */
+export const CORS_ALLOWED_HEADERS = ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id']
+/** Response headers a browser client may read cross-origin. */
+export const CORS_EXPOSED_HEADERS = ['X-Request-Id', 'Retry-After']
+
+/** Responses are JSON or SSE: nothing in them may load, run, frame or submit anything. */
+const API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+/**
+ * The Swagger UI at /docs loads its own scripts and styles, sets inline styles, shows data: images
+ * and calls the API (Try it out); it still may not be framed or load anything from elsewhere.
+ */
+const DOCS_CSP =
+  "default-src 'self'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'; " +
+  "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; " +
+  "frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+
+const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
+const isDocs = (path: string) => path === '/docs' || path.startsWith('/docs/')
+
+/**
+ * CORS for browser clients (AGENTD_CORS_ORIGINS) and the response headers of a JSON/SSE API.
+ * Register it before auth: a preflight carries no Authorization header, so CORS answers it first.
+ */
+export const securityPlugin = fp(
+  async (app: FastifyInstance, opts: SecurityOptions) => {
+    if (opts.corsOrigins.length > 0) {
+      await app.register(cors, {
+        origin: opts.corsOrigins.includes('*') ? '*' : [...opts.corsOrigins],
+        methods: ['GET', 'HEAD', 'POST', 'DELETE'],
+        allowedHeaders: CORS_ALLOWED_HEADERS,
+        exposedHeaders: CORS_EXPOSED_HEADERS,
+        // Bearer keys, not cookies: the browser never needs to send credentials.
+        credentials: false,
+        maxAge: 600,
+        // Otherwise an OPTIONS without Origin gets a text/plain 400 outside the error envelope.
+        strictPreflight: false
+      })
+    }
+
+    const hsts = opts.hstsMaxAge > 0 ? `max-age=${opts.hstsMaxAge}` : undefined
+    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+      const path = pathOf(request)
+      reply.header('x-content-type-options', 'nosniff')
+      reply.header('referrer-policy', 'no-referrer')
+      reply.header('x-frame-options', 'DENY')
+      reply.header('content-security-policy', isDocs(path) ? DOCS_CSP : API_CSP)
+      // Sessions, messages and events are private to a tenant: no cache may keep them.
+      if (path.startsWith('/v1/')) reply.header('cache-control', 'no-store')
+      if (hsts) reply.header('strict-transport-security', hsts)
+    })
+
+    // An SSE route hijacks the reply and writes its own head, which drops the headers hooks set
+    // with reply.header (CORS, the ones above, rate limit). Putting them on the raw response
+    // keeps them; for every other reply Fastify's own head takes precedence over these.
+    app.addHook('preHandler', async (_request: FastifyRequest, reply: FastifyReply) => {
+      for (const [name, value] of Object.entries(reply.getHeaders())) {
+        if (value !== undefined && !reply.raw.hasHeader(name)) reply.raw.setHeader(name, value)
+      }
+    })
+  },
+  { name: 'agentd-security' }
+)

@@ -1,0 +1,128 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { startDevModel } from '../../src/model/dev-model.ts'
+import { tempDir, type TapTest } from '../helpers/app.ts'
+import { until, startServer, type ServerProcess } from '../helpers/server-process.ts'
+import { readSse, type StreamedEvent } from '../helpers/sse.ts'
+
+/** kill -9 the server at a point of a run, restart it on the same store, and check what survived. */
+t.test('kill -9 at each point of a run, then restart on the same store', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const dir = tempDir(t)
+  const env = {
+    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url,
+    OPENAI_API_KEY: 'test', AGENTD_BASH_ENABLED: 'true'
+  }
+  let server: ServerProcess = await startServer(env)
+  t.teardown(() => server.child.kill('SIGKILL'))
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${server.url}${path}`, {
+      method, headers: body === undefined ? {} : { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body)
+    })
+    const json: any = await res.json().catch(() => null)
+    return { status: res.status, json }
+  }
+  const events = async (sessionId: string) => {
+    const res = await fetch(`${server.url}/v1/sessions/${sessionId}/events?limit=1000`, { headers: { accept: 'application/json' } })
+    return ((await res.json()) as { data: StreamedEvent[] }).data
+  }
+  const crashAndRestart = async () => {
+    server.child.kill('SIGKILL')
+    await server.exited
+    server = await startServer(env)
+  }
+
+  /** What every crash point must leave: the events seen before, then run_recovered … done, and a working session. */
+  const assertRecovered = async (t: TapTest, sessionId: string, runId: string, seen: StreamedEvent[], previousStatus: string) => {
+    const after = await events(sessionId)
+    t.same(after.slice(0, seen.length).map((e) => [e.seq, e.type]), seen.map((e) => [e.seq, e.type]), 'every event committed before the kill is there')
+    const recovered = after.find((e) => e.type === 'run_recovered')
+    t.match(recovered?.data, { runId, previousStatus })
+    t.same(after.slice(-3).map((e) => e.type), ['error', 'state_changed', 'done'])
+    t.same(after.at(-1)?.data.reason, 'failed')
+    t.same(after.map((e) => e.seq), after.map((_, i) => i + 1), 'seq stays gap-free')
+    const run = await api('GET', `/v1/sessions/${sessionId}/runs/${runId}`)
+    t.equal(run.json.status, 'failed')
+    t.match(run.json.error, { errorType: 'exception' })
+    t.equal((await api('GET', `/v1/sessions/${sessionId}`)).json.status, 'idle')
+
+    // A client that reconnects with the last id it saw gets the rest, once each, in order.
+    const lastSeen = seen.at(-1)?.seq ?? 0
+    const resumed = await readSse(`${server.url}/v1/sessions/${sessionId}/events?until=done`, { headers: { 'last-event-id': String(lastSeen) } })
+    t.same(resumed.events.map((e) => e.seq), after.filter((e) => e.seq > lastSeen).map((e) => e.seq), 'the reconnecting client gets the rest')
+
+    // The conversation has an answer for every call, so the next message works.
+    const messages = (await api('GET', `/v1/sessions/${sessionId}/messages`)).json.data as Array<{ role: string; toolCalls?: Array<{ id: string }>; toolCallId?: string }>
+    const callIds = messages.flatMap((m) => m.toolCalls ?? []).map((c) => c.id)
+    const answered = new Set(messages.filter((m) => m.role === 'tool').map((m) => m.toolCallId))
+    for (const id of callIds) t.ok(answered.has(id), `call ${id} has a result`)
+    devModel.script({ text: 'back again' })
+    const next = await api('POST', `/v1/sessions/${sessionId}/messages?wait=true`, { content: 'are you there?' })
+    t.equal(next.json.run.status, 'completed', 'the next message to the session works')
+    return { after, recovered }
+  }
+
+  t.test('while the model streams', async (t) => {
+    const session = (await api('POST', '/v1/sessions', { tools: [] })).json
+    devModel.script({ hang: true, afterChunks: 3, text: 'a b c d e f g h' })
+    const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'stream' })).json
+    const seen = await until(async () => {
+      const all = await events(session.id)
+      return all.filter((e) => e.type === 'text_chunk').length >= 3 ? all : undefined
+    }, 5000, 'three text chunks')
+    await crashAndRestart()
+    const { recovered } = await assertRecovered(t, session.id, run.id, seen, 'running')
+    t.same(recovered?.data.sealedCalls, [])
+  })
+
+  t.test('while a tool runs', async (t) => {
+    const session = (await api('POST', '/v1/sessions', { tools: ['bash_run'] })).json
+    devModel.script({ toolCalls: [{ name: 'bash_run', arguments: { command: 'sleep 3' } }] })
+    const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'run it' })).json
+    const seen = await until(async () => {
+      const all = await events(session.id)
+      return all.some((e) => e.type === 'tool:start') ? all : undefined
+    }, 5000, 'tool:start')
+    const callId = seen.find((e) => e.type === 'tool:start')?.data.call.id
+    await crashAndRestart()
+    const { after, recovered } = await assertRecovered(t, session.id, run.id, seen, 'running')
+    t.same(recovered?.data.sealedCalls, [callId])
+    const sealed = after.find((e) => e.type === 'tool:end' && e.data.call.id === callId)
+    t.equal(sealed?.data.call.state, 'sealed', 'the call is sealed')
+  })
+
+  t.test('while an approval waits', async (t) => {
+    const session = (await api('POST', '/v1/sessions', { approval: { mode: 'always' } })).json
+    devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: '.' } }] })
+    const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'list' })).json
+    const seen = await until(async () => {
+      const all = await events(session.id)
+      return all.some((e) => e.type === 'permission_required') ? all : undefined
+    }, 5000, 'permission_required')
+    const callId = seen.find((e) => e.type === 'permission_required')?.data.call.id
+    await crashAndRestart()
+    const { recovered } = await assertRecovered(t, session.id, run.id, seen, 'awaiting_approval')
+    t.same(recovered?.data.sealedCalls, [callId])
+    const late = await api('POST', `/v1/sessions/${session.id}/approvals/${callId}`, { decision: 'allow' })
+    t.equal(late.status, 409, 'the old approval is no longer awaited')
+  })
+
+  t.test('a queued run survives and runs after the restart', async (t) => {
+    const session = (await api('POST', '/v1/sessions', { tools: [] })).json
+    devModel.script({ hang: true })
+    await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'first' })
+    const queued = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'second', onBusy: 'enqueue' })).json.run
+    await until(async () => (await events(session.id)).length > 0, 5000, 'the first run to start')
+    devModel.reset()
+    devModel.script({ text: 'second answer' })
+    await crashAndRestart()
+    const run = await until(async () => {
+      const r = (await api('GET', `/v1/sessions/${session.id}/runs/${queued.id}`)).json
+      return r.status === 'completed' ? r : undefined
+    }, 5000, 'the queued run to complete')
+    t.equal(run.status, 'completed')
+    const messages = (await api('GET', `/v1/sessions/${session.id}/messages`)).json.data
+    t.same(messages.map((m: { content: string }) => m.content), ['first', 'second', 'second answer'], 'nothing the client sent is lost')
+  })
+})
