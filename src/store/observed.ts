@@ -7,11 +7,16 @@ export interface StoreHealth {
 
 /**
  * Wraps a store so that every failing call is recorded in `health` (and logged by `onFailure`)
- * before the error goes on to the caller, and a later success clears it. The callers decide
+ * before the error goes on to the caller; a later success of the same operation clears it
+ * (other operations succeeding says nothing about the one that failed). The callers decide
  * what a failure means for them (a run ends as failed, a request gets 5xx); this only makes
  * the failure visible.
  */
 export function observeStore(store: Store, health: StoreHealth, onFailure: (operation: string, err: unknown) => void): Store {
+  const failures = new Map<string, string>()
+  const report = () => {
+    health.storeFailure = failures.values().next().value ?? null
+  }
   return new Proxy(store, {
     get(target, property, receiver) {
       const value: unknown = Reflect.get(target, property, receiver)
@@ -24,13 +29,14 @@ export function observeStore(store: Store, health: StoreHealth, onFailure: (oper
         if (!(result instanceof Promise)) return result
         return result.then(
           (settled) => {
-            if (health.storeFailure !== null && operation !== 'ping') health.storeFailure = null
+            if (failures.delete(operation)) report()
             return settled
           },
           (err: unknown) => {
             const code = (err as { code?: string } | null)?.code
             if (code !== 'STORE_CLOSED') {
-              health.storeFailure = `${operation}: ${err instanceof Error ? err.message : String(err)}`
+              failures.set(operation, `${operation}: ${err instanceof Error ? err.message : String(err)}`)
+              report()
               onFailure(operation, err)
             }
             throw err

@@ -1,0 +1,74 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { startDevModel } from '../../src/model/dev-model.ts'
+import { tempDir } from '../helpers/app.ts'
+import { readSse } from '../helpers/sse.ts'
+import { startServer, until } from '../helpers/server-process.ts'
+
+t.test('SIGTERM drains: readiness 503, new POSTs 503, active runs get the grace period, streams end, exit 0', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const dir = tempDir(t)
+  const env = {
+    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
+    AGENTD_SHUTDOWN_GRACE_MS: '1500'
+  }
+  const server = await startServer(env)
+  t.teardown(() => server.child.kill('SIGKILL'))
+  const post = (path: string, body: unknown) =>
+    fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+  const session = (await (await post('/v1/sessions', { tools: [] })).json()) as { id: string }
+  const finishing = (await (await post('/v1/sessions', { tools: [] })).json()) as { id: string }
+  devModel.script({ hang: true }, { text: 'finished in time', delayMs: 500 })
+  const hanging = (await (await post(`/v1/sessions/${session.id}/messages`, { content: 'hang' })).json()) as { run: { id: string } }
+  await until(async () => devModel.requests.length >= 1, 5000, 'the first model call')
+  const stream = readSse(`${server.url}/v1/sessions/${session.id}/events`, { timeoutMs: 10_000 })
+  const finishingRun = (await (await post(`/v1/sessions/${finishing.id}/messages`, { content: 'quick' })).json()) as { run: { id: string } }
+  await until(async () => devModel.requests.length >= 2, 5000, 'the second model call')
+
+  server.child.kill('SIGTERM')
+  const ready = await until(async () => {
+    const res = await fetch(`${server.url}/readyz`).catch(() => null)
+    return res && res.status === 503 ? res : undefined
+  }, 3000, 'readyz 503')
+  t.equal(((await ready.json()) as { error: { code: string } }).error.code, 'UNAVAILABLE')
+  const refused = await post('/v1/sessions', {})
+  t.equal(refused.status, 503)
+  t.equal(((await refused.json()) as { error: { code: string } }).error.code, 'UNAVAILABLE')
+
+  const { code } = await server.exited
+  t.equal(code, 0, 'exits cleanly')
+  const streamed = await stream
+  t.ok(streamed.endedByServer, 'the open stream was ended by the server')
+  t.match(streamed.frames.at(-1)?.comment, /shutting down/, 'with a final frame')
+  t.equal(streamed.events.at(-1)?.type, 'done', 'after the interrupted run\'s done event')
+
+  // The store closed cleanly: a new process sees the final states, and has nothing to recover.
+  const restarted = await startServer(env)
+  t.teardown(() => restarted.child.kill('SIGKILL'))
+  const get = async (path: string) => (await (await fetch(`${restarted.url}${path}`)).json()) as Record<string, any>
+  t.equal((await get(`/v1/sessions/${finishing.id}/runs/${finishingRun.run.id}`)).status, 'completed', 'a run that ended within the grace period completed')
+  t.equal((await get(`/v1/sessions/${session.id}/runs/${hanging.run.id}`)).status, 'cancelled', 'a run still going after the grace period was interrupted')
+  t.notOk(restarted.lines.some((line) => line.includes('recovered runs')), 'no run was left unfinished')
+})
+
+t.test('a second signal exits at once', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const dir = tempDir(t)
+  const server = await startServer({
+    AGENTD_DB: join(dir, 'agentd.db'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x', AGENTD_SHUTDOWN_GRACE_MS: '30000'
+  })
+  t.teardown(() => server.child.kill('SIGKILL'))
+  const session = (await (await fetch(`${server.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"tools":[]}' })).json()) as { id: string }
+  devModel.script({ hang: true })
+  await fetch(`${server.url}/v1/sessions/${session.id}/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"content":"hang"}' })
+  await until(async () => devModel.requests.length >= 1, 5000, 'the model call')
+  server.child.kill('SIGTERM')
+  await new Promise((r) => setTimeout(r, 200))
+  const started = Date.now()
+  server.child.kill('SIGTERM')
+  await server.exited
+  t.ok(Date.now() - started < 2000, 'the second signal did not wait for the 30 s grace period')
+})
