@@ -1,7 +1,7 @@
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import type { ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
-import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
 import { RunManager } from './agent/run-manager.ts'
@@ -49,8 +49,10 @@ export interface Services {
   state: ServiceState
   events: EventLog
   runs: RunManager
-  /** Streams a session's events over SSE to this request's raw response (the request is hijacked). */
-  openStream(request: FastifyRequest, res: ServerResponse, options: StreamRequest): void
+  /** Throws 429 LIMIT_EXCEEDED when the caller's key has as many open streams as it may. */
+  assertStreamCapacity(request: FastifyRequest): void
+  /** Hijacks the reply and streams a session's events over SSE to it (checks the stream limit first). */
+  openStream(request: FastifyRequest, reply: FastifyReply, options: StreamRequest): void
   /** Stops taking work (503), gives active runs up to graceMs to finish, then ends them and open streams. */
   drain(graceMs: number): Promise<void>
   /** How many SSE streams are open now (metrics). */
@@ -81,6 +83,23 @@ export interface AppOptions {
   ssePingMs?: number
   /** How far (bytes) an SSE reader may fall behind before it is dropped; default 4 MiB. */
   sseMaxBufferedBytes?: number
+}
+
+/** Log paths that may hold secrets; pino replaces them before a line is written. */
+export const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers["x-api-key"]',
+  'req.headers.cookie',
+  'headers.authorization',
+  'config.openai.apiKey',
+  'apiKey',
+  'OPENAI_API_KEY'
+]
+
+/** Every pino logger the app builds redacts secrets, in production and in tests alike. */
+function withRedaction(logger: FastifyServerOptions['logger']): FastifyServerOptions['logger'] {
+  if (!logger || typeof logger !== 'object') return logger
+  return { ...logger, redact: { paths: REDACT_PATHS, censor: '[redacted]' } }
 }
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
@@ -114,7 +133,7 @@ function buildValidators(externalSchemas: ExternalSchemas, options?: { customOpt
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { config } = options
   const app = Fastify({
-    logger: options.logger ?? { level: config.logLevel },
+    logger: withRedaction(options.logger ?? { level: config.logLevel }),
     genReqId: requestIdFor,
     bodyLimit: config.bodyLimit,
     return503OnClosing: false,
@@ -132,7 +151,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   const events = new EventLog(store)
-  const tools = new ToolCatalog(config, options.tools ?? {})
+  const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, ...options.tools })
   const runs = new RunManager({
     store,
     events,
@@ -140,10 +159,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     logger: log,
     retryPolicy: { ...defaultRetryPolicy, ...options.retryPolicy, maxRetries: options.retryPolicy?.maxRetries ?? config.modelMaxRetries },
     maxSteps: config.maxSteps,
+    maxActiveRunsPerTenant: config.limits.activeRunsPerTenant,
     resolveTools: (session) => tools.resolve(session),
     toolExecutor: (session, requestId) => tools.executor(session, log.child({ reqId: requestId, sessionId: session.id }))
   })
   const streams = new Set<OpenEventStream>()
+  const streamsByKey = new Map<string, number>()
 
   app.decorate('agentd', {
     config,
@@ -156,14 +177,28 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     get streamCount() {
       return streams.size
     },
-    openStream(request, res, stream) {
-      const open = openEventStream(res, store, events, {
+    assertStreamCapacity(request) {
+      const open = streamsByKey.get(request.keyId) ?? 0
+      if (open >= config.limits.streamsPerKey) {
+        throw new ApiError('LIMIT_EXCEEDED', `This API key has ${open} event streams open, the most it may (AGENTD_MAX_STREAMS_PER_KEY)`, {
+          limit: 'streamsPerKey', max: config.limits.streamsPerKey
+        })
+      }
+    },
+    openStream(request, reply, stream) {
+      this.assertStreamCapacity(request)
+      reply.hijack()
+      streamsByKey.set(request.keyId, (streamsByKey.get(request.keyId) ?? 0) + 1)
+      const open = openEventStream(reply.raw, store, events, {
         ...stream,
         headers: { 'x-request-id': request.id },
         ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {}),
         ...(options.sseMaxBufferedBytes ? { maxBufferedBytes: options.sseMaxBufferedBytes } : {}),
         onClose: () => {
           streams.delete(open)
+          const left = (streamsByKey.get(request.keyId) ?? 1) - 1
+          if (left > 0) streamsByKey.set(request.keyId, left)
+          else streamsByKey.delete(request.keyId)
           request.log.debug({ sessionId: stream.sessionId }, 'event stream closed')
         }
       })
@@ -191,8 +226,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(idempotencyPlugin, {
     store,
     replayStream: (request, reply, answer) => {
-      reply.hijack()
-      app.agentd.openStream(request, reply.raw, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
+      app.agentd.openStream(request, reply, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
     }
   })
 

@@ -59,7 +59,11 @@ export const EnvSchema = Type.Object({
   }),
   AGENTD_RATE_LIMIT_MAX: integer('an integer from 0 to 1000000 (0 turns rate limiting off)', '600'),
   AGENTD_RATE_LIMIT_WINDOW_MS: integer('an integer of milliseconds from 1000 to 86400000', '60000'),
-  AGENTD_HSTS_MAX_AGE: integer('an integer of seconds from 0 to 63072000 (0 sends no Strict-Transport-Security)', '0')
+  AGENTD_HSTS_MAX_AGE: integer('an integer of seconds from 0 to 63072000 (0 sends no Strict-Transport-Security)', '0'),
+  AGENTD_MAX_SESSIONS_PER_TENANT: integer('an integer from 1 to 100000000', '100000'),
+  AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: integer('an integer from 1 to 100000', '64'),
+  AGENTD_MAX_STREAMS_PER_KEY: integer('an integer from 1 to 100000', '64'),
+  AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000')
 })
 export type Env = Static<typeof EnvSchema>
 
@@ -93,6 +97,10 @@ export interface Config {
   rateLimit: { max: number; windowMs: number }
   /** Strict-Transport-Security max-age in seconds; 0 sends no header. */
   hstsMaxAge: number
+  /** Per-tenant and per-key ceilings; reaching one is a 429 LIMIT_EXCEEDED. */
+  limits: { sessionsPerTenant: number; activeRunsPerTenant: number; streamsPerKey: number }
+  /** Bytes of one tool result the model gets; longer results are cut with a note. */
+  toolMaxOutputBytes: number
 }
 
 /** One bad variable: what it is called, what was wrong, what form it must take. */
@@ -115,7 +123,11 @@ const ranges: Partial<Record<keyof Env, [number, number]>> = {
   AGENTD_SHUTDOWN_GRACE_MS: [0, 3_600_000],
   AGENTD_RATE_LIMIT_MAX: [0, 1_000_000],
   AGENTD_RATE_LIMIT_WINDOW_MS: [1000, 86_400_000],
-  AGENTD_HSTS_MAX_AGE: [0, 63_072_000]
+  AGENTD_HSTS_MAX_AGE: [0, 63_072_000],
+  AGENTD_MAX_SESSIONS_PER_TENANT: [1, 100_000_000],
+  AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: [1, 100_000],
+  AGENTD_MAX_STREAMS_PER_KEY: [1, 100_000],
+  AGENTD_TOOL_MAX_OUTPUT_BYTES: [1024, 104_857_600]
 }
 
 const LOOPBACK = /^(localhost|127(\.\d{1,3}){3}|::1|\[::1\])$/i
@@ -192,6 +204,12 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     fetchAllowHosts: list(env.AGENTD_FETCH_ALLOW_HOSTS),
     corsOrigins: list(env.AGENTD_CORS_ORIGINS),
     rateLimit: { max: Number(env.AGENTD_RATE_LIMIT_MAX), windowMs: Number(env.AGENTD_RATE_LIMIT_WINDOW_MS) },
-    hstsMaxAge: Number(env.AGENTD_HSTS_MAX_AGE)
+    hstsMaxAge: Number(env.AGENTD_HSTS_MAX_AGE),
+    limits: {
+      sessionsPerTenant: Number(env.AGENTD_MAX_SESSIONS_PER_TENANT),
+      activeRunsPerTenant: Number(env.AGENTD_MAX_ACTIVE_RUNS_PER_TENANT),
+      streamsPerKey: Number(env.AGENTD_MAX_STREAMS_PER_KEY)
+    },
+    toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES)
   })
 }

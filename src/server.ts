@@ -4,16 +4,6 @@ import { ConfigError, loadConfig, type Config } from './config.ts'
 import { startDevModel, type DevModel } from './model/dev-model.ts'
 import { createOpenAIProvider } from './model/provider.ts'
 
-/** Log paths that may hold secrets; pino replaces them before a line is written. */
-export const REDACT_PATHS = [
-  'req.headers.authorization',
-  'req.headers["x-api-key"]',
-  'headers.authorization',
-  'config.openai.apiKey',
-  'apiKey',
-  'OPENAI_API_KEY'
-]
-
 function readConfig(): Readonly<Config> {
   try {
     return loadConfig()
@@ -39,7 +29,7 @@ const model = createOpenAIProvider({
 const app = await buildApp({
   config,
   model,
-  logger: { level: config.logLevel, redact: { paths: REDACT_PATHS, censor: '[redacted]' } }
+  logger: { level: config.logLevel }
 })
 if (devModel) {
   app.log.warn(

@@ -18,6 +18,8 @@ export interface RunManagerOptions {
   logger: Logger
   retryPolicy: RetryPolicy
   maxSteps: number
+  /** Runs (queued or executing) one tenant may have at once. */
+  maxActiveRunsPerTenant: number
   /** The tools of a session, resolved from its stored selection. */
   resolveTools(session: SessionRecord): Promise<SessionToolSet>
   /** Builds the executor of server-side tools for one session. */
@@ -72,6 +74,12 @@ export class RunManager {
     if (busy && input.onBusy === 'reject') {
       throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
         activeRunId: runs.active?.record.id ?? runs.queue[0]?.record.id
+      })
+    }
+    const tenantRuns = [...this.#byId.values()].filter((live) => live.session.tenant === session.tenant).length
+    if (tenantRuns >= this.#options.maxActiveRunsPerTenant) {
+      throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${tenantRuns} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
+        limit: 'activeRunsPerTenant', max: this.#options.maxActiveRunsPerTenant
       })
     }
     const createdAt = new Date().toISOString()

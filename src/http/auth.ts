@@ -7,6 +7,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The tenant the caller's API key belongs to; 'default' when auth is off. */
     tenant: string
+    /** Which key the caller used (a short digest, never the key), for per-key limits; 'anonymous' when auth is off. */
+    keyId: string
   }
 }
 
@@ -23,9 +25,10 @@ const OPEN_PATHS = new Set(['/healthz', '/readyz'])
  */
 export const authPlugin = fp(
   async (app: FastifyInstance, opts: { apiKeys: ReadonlyMap<string, string>; openPaths?: string[] }) => {
-    const keys = [...opts.apiKeys].map(([key, tenant]) => ({ digest: digest(key), tenant }))
+    const keys = [...opts.apiKeys].map(([key, tenant]) => ({ digest: digest(key), tenant, id: digest(key).toString('hex').slice(0, 12) }))
     const open = new Set([...OPEN_PATHS, ...(opts.openPaths ?? [])])
     app.decorateRequest('tenant', DEFAULT_TENANT)
+    app.decorateRequest('keyId', 'anonymous')
     if (keys.length === 0) return
 
     app.addHook('onRequest', async (request: FastifyRequest) => {
@@ -35,12 +38,13 @@ export const authPlugin = fp(
       const match = typeof header === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null
       if (!match) throw new ApiError('UNAUTHORIZED', undefined, undefined, { 'www-authenticate': 'Bearer' })
       const given = digest(match[1] as string)
-      let tenant: string | undefined
-      for (const key of keys) if (timingSafeEqual(key.digest, given)) tenant = key.tenant
-      if (tenant === undefined) {
+      let matched: (typeof keys)[number] | undefined
+      for (const key of keys) if (timingSafeEqual(key.digest, given)) matched = key
+      if (matched === undefined) {
         throw new ApiError('UNAUTHORIZED', 'The API key is not valid', undefined, { 'www-authenticate': 'Bearer error="invalid_token"' })
       }
-      request.tenant = tenant
+      request.tenant = matched.tenant
+      request.keyId = matched.id
     })
   },
   { name: 'agentd-auth' }

@@ -49,8 +49,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       })
       return reply.type('application/json').send({ data, nextAfter: data.at(-1)?.seq ?? after })
     }
-    reply.hijack()
-    app.agentd.openStream(request, reply.raw, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
+    app.agentd.openStream(request, reply, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
     return reply
   })
 }

@@ -44,6 +44,15 @@ function decodeCursor(cursor: string): string {
 export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { store, config } = app.agentd
 
+  async function assertSessionCapacity(tenant: string): Promise<void> {
+    const max = config.limits.sessionsPerTenant
+    if ((await store.countSessions(tenant)) >= max) {
+      throw apiError('LIMIT_EXCEEDED', `This tenant has ${max} sessions, the most it may (AGENTD_MAX_SESSIONS_PER_TENANT); delete some first`, {
+        limit: 'sessionsPerTenant', max
+      })
+    }
+  }
+
   app.post('/v1/sessions', {
     schema: {
       tags: ['sessions'],
@@ -62,6 +71,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         fields: over.map(([name, max]) => ({ field: `body.limits.${name}`, message: `must be <= ${max}`, keyword: 'maximum' }))
       })
     }
+    await assertSessionCapacity(request.tenant)
     const tools = await app.agentd.tools.validateSelection(body.tools).catch((err: unknown) => {
       if (!(err instanceof ToolSelectionError)) throw err
       throw apiError('VALIDATION_ERROR', `Invalid tools: ${err.message}`, {
@@ -137,6 +147,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request, reply) => {
     const source = await store.getSession(request.tenant, request.params.id)
     if (!source) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    await assertSessionCapacity(request.tenant)
     const atSeq = request.body?.atSeq ?? source.lastSeq
     if (atSeq > source.lastSeq) {
       throw apiError('VALIDATION_ERROR', `atSeq ${atSeq} is past the session's last event (${source.lastSeq})`, {
