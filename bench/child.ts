@@ -1,0 +1,69 @@
+import { fork, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { fileURLToPath } from 'node:url'
+
+/** A server running in a child process of the bench. */
+export interface ChildServer {
+  /** Its base URL on 127.0.0.1. */
+  readonly url: string
+  readonly pid: number
+  /** Asks it to close and exit; kills it if it has not exited within 10 s. */
+  close(): Promise<void>
+}
+
+const children = new Set<ChildProcess>()
+// A bench that crashes or is interrupted must not leave servers behind.
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGKILL')
+})
+
+/**
+ * Forks `bench/<entry>` with `args` and resolves with the URL it reports once it listens.
+ * `execArgv` adds Node flags (e.g. --cpu-prof) to the child only.
+ */
+export async function startChild(entry: string, args: string[], execArgv: string[] = []): Promise<ChildServer> {
+  const child = fork(fileURLToPath(new URL(entry, import.meta.url)), args, {
+    execArgv: ['--disable-warning=ExperimentalWarning', ...execArgv],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc']
+  })
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  const url = await new Promise<string>((resolve, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`bench child ${entry} exited with code ${String(code)} before listening`))
+    child.once('exit', onExit)
+    child.once('message', (message: { url: string }) => {
+      child.off('exit', onExit)
+      resolve(message.url)
+    })
+  })
+  return {
+    url,
+    pid: child.pid ?? 0,
+    async close() {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      const exited = once(child, 'exit')
+      child.send('close')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+      await exited
+      clearTimeout(timer)
+    }
+  }
+}
+
+/**
+ * The child's side: reports `url` to the bench, and on 'close' (or when the bench goes away)
+ * runs `close` and exits, so that --cpu-prof can write its profile.
+ */
+export function serveChild(url: string, close: () => Promise<void>): void {
+  let closing = false
+  const stop = () => {
+    if (closing) return
+    closing = true
+    close().finally(() => process.exit(0))
+  }
+  process.on('message', (message) => {
+    if (message === 'close') stop()
+  })
+  process.on('disconnect', stop)
+  process.send?.({ url })
+}

@@ -1,0 +1,32 @@
+/**
+ * The benchmarks: `npm run bench -- <overhead|latency|throughput|all>`. They print figures; they
+ * are never tests. Each starts its own model and agentd processes on 127.0.0.1, stops by itself
+ * after a fixed amount of work (and a time limit), and leaves nothing running.
+ * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went.
+ */
+import { machine } from './report.ts'
+
+const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
+  overhead: () => import('./overhead.ts'),
+  latency: () => import('./latency.ts'),
+  throughput: () => import('./throughput.ts')
+}
+const TIME_LIMIT_MS = 15 * 60_000
+
+const name = process.argv[2] ?? ''
+const selected = name === 'all' ? Object.keys(benches) : [name]
+if (!selected.every((bench) => bench in benches)) {
+  console.error(`usage: npm run bench -- <${[...Object.keys(benches), 'all'].join('|')}>`)
+  process.exit(1)
+}
+
+setTimeout(() => {
+  console.error(`bench: still running after ${TIME_LIMIT_MS / 60_000} minutes; stopping`)
+  process.exit(1)
+}, TIME_LIMIT_MS).unref()
+
+console.log(`machine: ${machine()}`)
+for (const bench of selected) {
+  const module = await (benches[bench] as () => Promise<{ run(): Promise<void> }>)()
+  await module.run()
+}

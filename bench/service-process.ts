@@ -1,0 +1,33 @@
+/**
+ * Child process entry: agentd itself, built with buildApp on a SQLite file in the given folder
+ * (real persistence, not :memory:), logging off, on 127.0.0.1 and a free port.
+ * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
+ */
+import { join } from 'node:path'
+import { buildApp } from '../src/app.ts'
+import { loadConfig } from '../src/config.ts'
+import { createOpenAIProvider } from '../src/model/provider.ts'
+import { serveChild } from './child.ts'
+
+const [modelUrl, dir] = process.argv.slice(2)
+if (!modelUrl || !dir) throw new Error('usage: service-process.ts <model base URL> <data folder>')
+
+const config = loadConfig({
+  AGENTD_DB: join(dir, 'agentd.db'),
+  AGENTD_WORKSPACES: join(dir, 'workspaces'),
+  OPENAI_BASE_URL: modelUrl,
+  OPENAI_API_KEY: 'bench',
+  LOG_LEVEL: 'silent',
+  // The bench sends thousands of requests a minute from one client on purpose.
+  AGENTD_RATE_LIMIT_MAX: '0'
+})
+const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: modelUrl })
+const app = await buildApp({ config, model })
+await app.listen({ host: '127.0.0.1', port: 0 })
+const address = app.server.address()
+if (!address || typeof address === 'string') throw new Error('no address')
+
+serveChild(`http://127.0.0.1:${address.port}`, async () => {
+  await app.close()
+  await model.close()
+})
