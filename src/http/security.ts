@@ -1,6 +1,7 @@
 import cors from '@fastify/cors'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { ApiError } from './errors.ts'
 
 export interface SecurityOptions {
   /** Browser origins CORS allows ('*' for any); empty leaves CORS off. */
@@ -25,12 +26,36 @@ const DOCS_CSP =
   "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; " +
   "frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
 
+/** Deeper JSON bodies are refused before parsing: recursive code downstream (JSON.stringify, validation) would overflow the stack. */
+export const MAX_JSON_DEPTH = 128
+
+/** How deep arrays and objects nest in a JSON text, counting only brackets outside strings; stops once past `limit`. */
+export function jsonDepth(text: string, limit = Infinity): number {
+  let depth = 0
+  let max = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 0x5c) i++ // a backslash escapes the next character
+      else if (c === 0x22) inString = false
+    } else if (c === 0x22) inString = true
+    else if (c === 0x5b || c === 0x7b) {
+      depth++
+      if (depth > max) max = depth
+      if (max > limit) return max
+    } else if (c === 0x5d || c === 0x7d) depth--
+  }
+  return max
+}
+
 const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
 const isDocs = (path: string) => path === '/docs' || path.startsWith('/docs/')
 
 /**
- * CORS for browser clients (AGENTD_CORS_ORIGINS) and the response headers of a JSON/SSE API.
- * Register it before auth: a preflight carries no Authorization header, so CORS answers it first.
+ * CORS for browser clients (AGENTD_CORS_ORIGINS), the response headers of a JSON/SSE API, and a
+ * nesting limit on JSON bodies. Register it before auth: a preflight carries no Authorization
+ * header, so CORS answers it first.
  */
 export const securityPlugin = fp(
   async (app: FastifyInstance, opts: SecurityOptions) => {
@@ -47,6 +72,20 @@ export const securityPlugin = fp(
         strictPreflight: false
       })
     }
+
+    // Fastify's own JSON parser (secure-json-parse, __proto__ and constructor refused), behind a depth check.
+    const parseJson = app.getDefaultJsonParser('error', 'error')
+    app.removeContentTypeParser('application/json')
+    app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+      if (jsonDepth(body as string, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+        const message = `nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`
+        done(new ApiError('VALIDATION_ERROR', `Invalid request: body ${message}`, {
+          fields: [{ field: 'body', message, keyword: 'maxDepth' }]
+        }), undefined)
+        return
+      }
+      parseJson(request, body as string, done)
+    })
 
     const hsts = opts.hstsMaxAge > 0 ? `max-age=${opts.hstsMaxAge}` : undefined
     app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {

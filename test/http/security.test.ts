@@ -1,6 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../src/config.ts'
+import { jsonDepth, MAX_JSON_DEPTH } from '../../src/http/security.ts'
 import { buildTestApp, listen, type TapTest } from '../helpers/app.ts'
 import { readSse } from '../helpers/sse.ts'
 
@@ -77,6 +78,26 @@ t.test('security headers', async (t) => {
     t.notOk(res.endedByServer, 'the stream is still open')
     t.equal(res.frames[0]?.retry, 2000, 'the first frame arrived while the stream is open: nothing buffers it')
   })
+})
+
+t.test('JSON bodies nested deeper than the limit are refused before parsing', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const nested = (levels: number) => '['.repeat(levels) + ']'.repeat(levels)
+  const post = (output: string) => app.inject({
+    method: 'POST', url: `/v1/sessions/${session.id}/tool-results/call_1`, headers: { 'content-type': 'application/json' }, payload: `{"output":${output}}`
+  })
+  const deep = await post(nested(MAX_JSON_DEPTH))
+  t.equal(deep.statusCode, 400)
+  t.match(deep.json().error, { code: 'VALIDATION_ERROR', details: { fields: [{ field: 'body', keyword: 'maxDepth' }] } })
+  t.equal((await post(nested(10_000))).statusCode, 400, '10 000 levels: the same 400, no stack overflow')
+  const atLimit = await post(nested(MAX_JSON_DEPTH - 1))
+  t.equal(atLimit.json().error.code, 'NOT_AWAITING', `${MAX_JSON_DEPTH} levels in all pass the parser and reach the route`)
+  const inString = await post(JSON.stringify('['.repeat(10_000)))
+  t.equal(inString.json().error.code, 'NOT_AWAITING', 'brackets inside strings do not count')
+  const poisoned = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, payload: '{"__proto__":{"x":1}}' })
+  t.equal(poisoned.json().error.code, 'INVALID_JSON', 'the parser behind the check still refuses __proto__')
+  t.equal(jsonDepth('{"a":[1,{"b":"]]]\\"[["}],"c":{}}'), 3, 'escaped quotes do not end a string')
 })
 
 t.test('Strict-Transport-Security is sent only when AGENTD_HSTS_MAX_AGE is set', async (t) => {
