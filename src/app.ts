@@ -55,6 +55,8 @@ export interface Services {
   openStream(request: FastifyRequest, reply: FastifyReply, options: StreamRequest): void
   /** Stops taking work (503), gives active runs up to graceMs to finish, then ends them and open streams. */
   drain(graceMs: number): Promise<void>
+  /** Ends the open streams of a session (it was deleted: no event will follow). */
+  endSessionStreams(sessionId: string, reason: string): void
   /** How many SSE streams are open now (metrics). */
   readonly streamCount: number
 }
@@ -163,7 +165,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     resolveTools: (session) => tools.resolve(session),
     toolExecutor: (session, requestId) => tools.executor(session, log.child({ reqId: requestId, sessionId: session.id }))
   })
-  const streams = new Set<OpenEventStream>()
+  /** Open SSE streams and the session each follows. */
+  const streams = new Map<OpenEventStream, string>()
   const streamsByKey = new Map<string, number>()
 
   app.decorate('agentd', {
@@ -176,6 +179,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     runs,
     get streamCount() {
       return streams.size
+    },
+    endSessionStreams(sessionId, reason) {
+      for (const [stream, id] of [...streams]) if (id === sessionId) stream.end(reason)
     },
     assertStreamCapacity(request) {
       const open = streamsByKey.get(request.keyId) ?? 0
@@ -202,17 +208,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
           request.log.debug({ sessionId: stream.sessionId }, 'event stream closed')
         }
       })
-      streams.add(open)
+      streams.set(open, stream.sessionId)
     },
     async drain(graceMs) {
       state.draining = true
       await runs.drain(graceMs)
-      for (const stream of [...streams]) stream.end('server shutting down; reconnect with Last-Event-ID')
+      for (const stream of [...streams.keys()]) stream.end('server shutting down; reconnect with Last-Event-ID')
     }
   } satisfies Services)
   app.addHook('onClose', async () => {
     await runs.drain(0)
-    for (const stream of [...streams]) stream.end('server closing')
+    for (const stream of [...streams.keys()]) stream.end('server closing')
   })
 
   for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)

@@ -189,6 +189,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
     await app.agentd.runs.cancelSession(id)
     await store.deleteSession(request.tenant, id)
+    app.agentd.endSessionStreams(id, 'session deleted')
     return reply.status(204).send()
   })
 }

@@ -27,6 +27,12 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     const res = await fetch(`${server.url}/v1/sessions/${sessionId}/events?limit=1000`, { headers: { accept: 'application/json' } })
     return ((await res.json()) as { data: StreamedEvent[] }).data
   }
+  /** The session's events once the first event of `type` (counted `count` times) is stored. */
+  const eventsOnce = (sessionId: string, type: string, count = 1) =>
+    until(async () => {
+      const all = await events(sessionId)
+      return all.filter((e) => e.type === type).length >= count ? all : undefined
+    }, 5000, `${count} ${type}`)
   const crashAndRestart = async () => {
     server.child.kill('SIGKILL')
     await server.exited
@@ -67,10 +73,7 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     const session = (await api('POST', '/v1/sessions', { tools: [] })).json
     devModel.script({ hang: true, afterChunks: 3, text: 'a b c d e f g h' })
     const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'stream' })).json
-    const seen = await until(async () => {
-      const all = await events(session.id)
-      return all.filter((e) => e.type === 'text_chunk').length >= 3 ? all : undefined
-    }, 5000, 'three text chunks')
+    const seen = await eventsOnce(session.id, 'text_chunk', 3)
     await crashAndRestart()
     const { recovered } = await assertRecovered(t, session.id, run.id, seen, 'running')
     t.same(recovered?.data.sealedCalls, [])
@@ -80,10 +83,7 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     const session = (await api('POST', '/v1/sessions', { tools: ['bash_run'] })).json
     devModel.script({ toolCalls: [{ name: 'bash_run', arguments: { command: 'sleep 3' } }] })
     const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'run it' })).json
-    const seen = await until(async () => {
-      const all = await events(session.id)
-      return all.some((e) => e.type === 'tool:start') ? all : undefined
-    }, 5000, 'tool:start')
+    const seen = await eventsOnce(session.id, 'tool:start')
     const callId = seen.find((e) => e.type === 'tool:start')?.data.call.id
     await crashAndRestart()
     const { after, recovered } = await assertRecovered(t, session.id, run.id, seen, 'running')
@@ -96,10 +96,7 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     const session = (await api('POST', '/v1/sessions', { approval: { mode: 'always' } })).json
     devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: '.' } }] })
     const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'list' })).json
-    const seen = await until(async () => {
-      const all = await events(session.id)
-      return all.some((e) => e.type === 'permission_required') ? all : undefined
-    }, 5000, 'permission_required')
+    const seen = await eventsOnce(session.id, 'permission_required')
     const callId = seen.find((e) => e.type === 'permission_required')?.data.call.id
     await crashAndRestart()
     const { recovered } = await assertRecovered(t, session.id, run.id, seen, 'awaiting_approval')

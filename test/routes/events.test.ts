@@ -122,3 +122,15 @@ t.test('a reader that does not read is dropped instead of buffering without boun
   t.ok(received < produced, `the reader got ${received} of ${produced} bytes before it was dropped`)
   t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200, 'and keeps serving')
 })
+
+t.test('deleting a session ends its open streams', async (t) => {
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const stream = readSse(`${base}/v1/sessions/${session.id}/events`, { timeoutMs: 3000 })
+  await new Promise((r) => setTimeout(r, 100))
+  t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })).statusCode, 204)
+  const res = await stream
+  t.ok(res.endedByServer, 'the stream ended')
+  t.equal(res.frames.at(-1)?.comment, 'session deleted')
+})
