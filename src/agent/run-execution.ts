@@ -189,7 +189,7 @@ export class RunExecution {
     const { model, retryPolicy } = this.#deps
     for (let attempt = 0; ; attempt++) {
       const text = { started: false, value: '' }
-      const reasoning = { started: false, value: '' }
+      const reasoning = { started: false, ended: false, value: '' }
       const toolCalls: Array<{ name: string; arguments: string }> = []
       let usage: Usage | null = null
       let firstTokenSeen = false
@@ -202,6 +202,7 @@ export class RunExecution {
         for await (const part of model.stream(request, { signal: this.#signal, requestId: this.run.requestId })) {
           firstTokenSeen = true
           if (part.type === 'text') {
+            if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
             if (!text.started) await this.emit('progress', 'text_chunk_start', { step })
             text.started = true
             text.value += part.delta
@@ -217,7 +218,7 @@ export class RunExecution {
             usage = part.usage
           }
         }
-        if (reasoning.started) await this.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+        if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
         if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
         return { text: text.value, toolCalls, usage }
       } catch (err) {
@@ -231,7 +232,7 @@ export class RunExecution {
           continue
         }
         // Close what was opened so a client's text assembly stays balanced.
-        if (reasoning.started) await this.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+        if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
         if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
         const exhausted = error.classified.retryable && firstTokenSeen === false
         throw new RunFailure({
@@ -241,6 +242,11 @@ export class RunExecution {
         }, 'model')
       }
     }
+  }
+
+  async #endThinking(step: number, reasoning: { ended: boolean; value: string }): Promise<void> {
+    reasoning.ended = true
+    await this.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
   }
 
   /** Runs one tool call through approval, the client or the runtime; returns the tool message. */

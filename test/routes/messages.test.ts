@@ -202,3 +202,23 @@ t.test('maxSteps ends a run with done max_steps', async (t) => {
   const done = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=done`, headers: { accept: 'application/json' } })).json().data
   t.same(done[0].data, { step: 2, reason: 'max_steps', runId: res.run.id })
 })
+
+t.test('reasoning streams as think chunks before the text', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ reasoning: 'let me think', text: 'answer' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'why?' } })
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  const kinds = types(events).filter((type) => type.startsWith('think') || type.startsWith('text'))
+  t.equal(kinds[0], 'think_chunk_start')
+  t.ok(kinds.indexOf('think_chunk_end') < kinds.indexOf('text_chunk_start'), 'thinking ends before the text starts')
+  t.same(events.find((e) => e.type === 'think_chunk_end')?.data, { step: 1, text: 'let me think' })
+})
+
+t.test('an idle stream sends a ping comment on its interval', async (t) => {
+  const { app } = await buildTestApp(t, { app: { ssePingMs: 50 } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const res = await readSse(`${base}/v1/sessions/${session.id}/events`, { timeoutMs: 300 })
+  t.ok(res.frames.filter((f) => f.comment === 'ping').length >= 2, 'pings keep the connection alive')
+})
