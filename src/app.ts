@@ -9,7 +9,7 @@ import type { Config } from './config.ts'
 import { EventLog } from './events/event-log.ts'
 import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
-import { ApiError, errorEnvelopePlugin } from './http/errors.ts'
+import { ApiError, errorEnvelopePlugin, sendApiError } from './http/errors.ts'
 import { idempotencyPlugin } from './http/idempotency.ts'
 import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
@@ -140,7 +140,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     bodyLimit: config.bodyLimit,
     return503OnClosing: false,
     schemaController: { compilersFactory: { buildValidator: buildValidators as unknown as ValidatorFactory } },
-    routerOptions: { maxParamLength: 200 }
+    routerOptions: { maxParamLength: 200 },
+    // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
+    // before any hook runs; they get the envelope and the request ID like every other error.
+    frameworkErrors: (err, request, reply) => {
+      reply.header('x-request-id', request.id)
+      const message = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path parameter is too long' : 'The URL is malformed'
+      return sendApiError(reply, new ApiError('VALIDATION_ERROR', message, { fields: [{ field: 'url', message, keyword: 'url' }] }))
+    }
   }).withTypeProvider<TypeBoxTypeProvider>()
 
   // JSON only: without this Fastify would parse text/plain bodies too.
