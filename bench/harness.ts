@@ -207,7 +207,7 @@ export function assertClean(phase: string, outcome: { finished: number; failures
  * CPU time (user + system, every thread) a process has used so far, in ms, from /proc; null
  * where there is no /proc. Shows which of the three processes a bench kept busy.
  */
-export function cpuTimeMs(pid: number): number | null {
+function cpuTimeMs(pid: number): number | null {
   try {
     // Fields after the command name, which is in parentheses and may hold spaces; utime and stime are the 12th and 13th.
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')

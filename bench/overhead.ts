@@ -83,7 +83,7 @@ export async function run(): Promise<void> {
       ['HTTP → agentd → dev model (one run)', fmt(percentile(viaAgentd, 50)), fmt(mean(viaAgentd)), fmt(perStep(viaAgentd))]
     ])
     console.log(`agentd overhead per step: ${fmt(perStep(viaAgentd) - perStep(viaSdk))} ms ` +
-      `(tool execution, as agentd timed it, is ${fmt(mean(toolMs) / STEPS)} ms of that); ${events} events persisted per run`)
+      `(${fmt(mean(toolMs) / STEPS)} ms of it is the tool calls as agentd times them: the tool plus its state writes); ${events} events persisted per run`)
   } finally {
     await agentd.close()
     await direct.close()

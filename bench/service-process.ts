@@ -18,8 +18,11 @@ const config = loadConfig({
   OPENAI_BASE_URL: modelUrl,
   OPENAI_API_KEY: 'bench',
   LOG_LEVEL: 'silent',
-  // The bench sends thousands of requests a minute from one client on purpose.
-  AGENTD_RATE_LIMIT_MAX: '0'
+  // The bench is one client that, on purpose, sends thousands of requests a minute and holds 100 streams open.
+  AGENTD_RATE_LIMIT_MAX: '0',
+  AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: '100000',
+  AGENTD_MAX_STREAMS_PER_KEY: '100000',
+  AGENTD_MAX_SESSIONS_PER_TENANT: '100000000'
 })
 const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: modelUrl })
 const app = await buildApp({ config, model })
