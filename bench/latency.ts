@@ -54,7 +54,7 @@ export async function run(): Promise<void> {
       row('1 at a time', alone),
       row(`${CONCURRENT} at once`, loaded)
     ])
-    console.log(`with ${CONCURRENT} at once: ${loadedCpu}`)
+    console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
   } finally {
     await agentd.close()
     await service.close()
