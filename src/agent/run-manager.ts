@@ -46,6 +46,8 @@ interface LiveRun {
 interface SessionRuns {
   active: LiveRun | null
   queue: LiveRun[]
+  /** Submissions past the busy check whose run is still being stored: they count as busy. */
+  reserved: number
 }
 
 /**
@@ -70,7 +72,7 @@ export class RunManager {
   async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string }): Promise<{ message: MessageRecord; run: RunRecord }> {
     const { session } = input
     const runs = this.#runsOf(session.id)
-    const busy = runs.active !== null || runs.queue.length > 0
+    const busy = runs.active !== null || runs.queue.length > 0 || runs.reserved > 0
     if (busy && input.onBusy === 'reject') {
       throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
         activeRunId: runs.active?.record.id ?? runs.queue[0]?.record.id
@@ -91,7 +93,17 @@ export class RunManager {
       error: null, messageId: message.id, input: input.content, createdAt, startedAt: null, endedAt: null
     }
     message.runId = record.id
-    await this.#options.store.createRun(record)
+    // Hold the session's place while the run is stored, so that neither a concurrent submit
+    // nor the end of the active run (which forgets an idle session) slips in meanwhile.
+    runs.reserved++
+    try {
+      await this.#options.store.createRun(record)
+    } catch (err) {
+      runs.reserved--
+      this.#pump(session.id)
+      throw err
+    }
+    runs.reserved--
     const live = this.#track(session, record)
     if (busy && input.onBusy === 'interrupt') {
       runs.queue.unshift(live)
@@ -195,7 +207,7 @@ export class RunManager {
   #runsOf(sessionId: string): SessionRuns {
     let runs = this.#sessions.get(sessionId)
     if (!runs) {
-      runs = { active: null, queue: [] }
+      runs = { active: null, queue: [], reserved: 0 }
       this.#sessions.set(sessionId, runs)
     }
     return runs
@@ -233,7 +245,7 @@ export class RunManager {
     if (!runs || runs.active) return
     const next = runs.queue.shift()
     if (!next) {
-      this.#sessions.delete(sessionId)
+      if (runs.reserved === 0) this.#sessions.delete(sessionId)
       return
     }
     runs.active = next

@@ -99,5 +99,25 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
       );
       CREATE INDEX idempotency_created ON idempotency (created_at);
     `
+  },
+  {
+    version: 2,
+    name: 'per-tenant session counts',
+    // countSessions runs on every POST /v1/sessions; count(*) over a tenant's sessions grows
+    // with them (5 ms at 100 000), a counter kept by triggers does not.
+    sql: `
+      CREATE TABLE tenant_stats (
+        tenant   TEXT PRIMARY KEY,
+        sessions INTEGER NOT NULL
+      );
+      INSERT INTO tenant_stats (tenant, sessions) SELECT tenant, count(*) FROM sessions GROUP BY tenant;
+      CREATE TRIGGER sessions_counted AFTER INSERT ON sessions BEGIN
+        INSERT INTO tenant_stats (tenant, sessions) VALUES (NEW.tenant, 1)
+          ON CONFLICT (tenant) DO UPDATE SET sessions = sessions + 1;
+      END;
+      CREATE TRIGGER sessions_uncounted AFTER DELETE ON sessions BEGIN
+        UPDATE tenant_stats SET sessions = sessions - 1 WHERE tenant = OLD.tenant;
+      END;
+    `
   }
 ]

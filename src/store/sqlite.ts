@@ -10,6 +10,12 @@ import type {
 
 type Row = Record<string, unknown>
 
+interface PendingWrite {
+  work: () => unknown
+  resolve: (value: unknown) => void
+  reject: (reason: unknown) => void
+}
+
 const json = (value: unknown): string | null => (value === undefined ? null : JSON.stringify(value))
 const parse = <T>(text: unknown): T => (text === null || text === undefined ? (null as T) : (JSON.parse(String(text)) as T))
 
@@ -31,6 +37,9 @@ export class SqliteStore implements Store {
   readonly #db: DatabaseSync
   readonly #statements = new Map<string, StatementSync>()
   #closed = false
+  /** Writes waiting for the next group commit. */
+  #pending: PendingWrite[] = []
+  #flushScheduled = false
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
@@ -61,6 +70,60 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * Queues a write. Every write queued in one turn of the event loop is committed in one
+   * transaction (group commit): a commit costs far more than a statement, and a busy service
+   * queues dozens of writes per turn. Each write runs in its own savepoint, so one that fails
+   * is rolled back alone; its promise resolves only once the transaction has committed.
+   */
+  #write<T>(work: () => T): Promise<T> {
+    if (this.#closed) return Promise.reject(new StoreClosedError())
+    return new Promise<T>((resolve, reject) => {
+      this.#pending.push({ work, resolve: resolve as (value: unknown) => void, reject })
+      if (!this.#flushScheduled) {
+        this.#flushScheduled = true
+        setImmediate(() => this.#flush())
+      }
+    })
+  }
+
+  #flush(): void {
+    this.#flushScheduled = false
+    const batch = this.#pending
+    this.#pending = []
+    if (batch.length === 0) return
+    if (this.#closed) {
+      for (const write of batch) write.reject(new StoreClosedError())
+      return
+    }
+    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = []
+    try {
+      this.#db.exec('BEGIN IMMEDIATE')
+      for (const write of batch) {
+        this.#db.exec('SAVEPOINT write')
+        try {
+          outcomes.push({ ok: true, value: write.work() })
+          this.#db.exec('RELEASE write')
+        } catch (error) {
+          this.#db.exec('ROLLBACK TO write')
+          this.#db.exec('RELEASE write')
+          outcomes.push({ ok: false, error })
+        }
+      }
+      this.#db.exec('COMMIT')
+    } catch (err) {
+      // BEGIN or COMMIT failed (disk full, I/O error): nothing of the batch was committed.
+      if (this.#db.isTransaction) this.#db.exec('ROLLBACK')
+      for (const write of batch) write.reject(err)
+      return
+    }
+    batch.forEach((write, i) => {
+      const outcome = outcomes[i]
+      if (outcome?.ok) write.resolve(outcome.value)
+      else write.reject(outcome?.error)
+    })
+  }
+
   async migrate(): Promise<void> {
     this.#db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`)
@@ -84,19 +147,22 @@ export class SqliteStore implements Store {
 
   async close(): Promise<void> {
     if (this.#closed) return
+    this.#flush()
     this.#closed = true
     this.#statements.clear()
     this.#db.close()
   }
 
   async createSession(s: SessionRecord): Promise<void> {
-    this.#stmt(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-        approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-      s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
-      json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
-      s.usage.totalTokens, json(s.forkedFrom)
-    )
+    return this.#write(() => {
+      this.#stmt(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
+          approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+        s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
+        json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
+        s.usage.totalTokens, json(s.forkedFrom)
+      )
+    })
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
@@ -117,31 +183,37 @@ export class SqliteStore implements Store {
   }
 
   async countSessions(tenant: string): Promise<number> {
-    const row = this.#stmt('SELECT count(*) AS n FROM sessions WHERE tenant = ?').get(tenant) as Row
-    return Number(row.n)
+    const row = this.#stmt('SELECT sessions FROM tenant_stats WHERE tenant = ?').get(tenant) as Row | undefined
+    return row ? Number(row.sessions) : 0
   }
 
   async updateSession(id: string, patch: SessionPatch): Promise<void> {
-    const sets: string[] = []
-    const values: Array<string | number> = []
-    if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
-    sets.push('updated_at = ?')
-    values.push(patch.updatedAt ?? new Date().toISOString())
-    this.#stmt(`UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`).run(...values, id)
+    return this.#write(() => {
+      const sets: string[] = []
+      const values: Array<string | number> = []
+      if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
+      sets.push('updated_at = ?')
+      values.push(patch.updatedAt ?? new Date().toISOString())
+      this.#stmt(`UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`).run(...values, id)
+    })
   }
 
   async addSessionUsage(id: string, usage: Usage): Promise<void> {
-    this.#stmt(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-      total_tokens = total_tokens + ? WHERE id = ?`).run(usage.inputTokens, usage.outputTokens, usage.totalTokens, id)
+    return this.#write(() => {
+      this.#stmt(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
+        total_tokens = total_tokens + ? WHERE id = ?`).run(usage.inputTokens, usage.outputTokens, usage.totalTokens, id)
+    })
   }
 
   async deleteSession(tenant: string, id: string): Promise<boolean> {
-    const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
-    return Number(result.changes) > 0
+    return this.#write(() => {
+      const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
+      return Number(result.changes) > 0
+    })
   }
 
   async appendEvent(event: NewEvent): Promise<EventRecord> {
-    return this.#transaction(() => {
+    return this.#write(() => {
       const row = this.#stmt('UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq')
         .get(event.sessionId) as Row | undefined
       if (!row) throw new Error(`session ${event.sessionId} does not exist`)
@@ -172,11 +244,13 @@ export class SqliteStore implements Store {
   }
 
   async addMessage(m: MessageRecord): Promise<void> {
-    // at_seq: the session's newest event when the message was stored, which places it for fork.
-    this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-      VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT last_seq FROM sessions WHERE id = ?), ?)`).run(
-      m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.sessionId, m.createdAt
-    )
+    return this.#write(() => {
+      // at_seq: the session's newest event when the message was stored, which places it for fork.
+      this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT last_seq FROM sessions WHERE id = ?), ?)`).run(
+        m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.sessionId, m.createdAt
+      )
+    })
   }
 
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
@@ -185,7 +259,7 @@ export class SqliteStore implements Store {
   }
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, newMessageId: () => string): Promise<void> {
-    this.#transaction(() => {
+    return this.#write(() => {
       this.#stmt(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
           approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
@@ -208,11 +282,13 @@ export class SqliteStore implements Store {
   }
 
   async createRun(r: RunRecord): Promise<void> {
-    this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
-        started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-      r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt,
-      r.startedAt, r.endedAt
-    )
+    return this.#write(() => {
+      this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
+          started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+        r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt,
+        r.startedAt, r.endedAt
+      )
+    })
   }
 
   async getRun(sessionId: string, runId: string): Promise<RunRecord | null> {
@@ -221,19 +297,21 @@ export class SqliteStore implements Store {
   }
 
   async updateRun(id: string, patch: RunPatch): Promise<void> {
-    const columns: Record<keyof RunPatch, string> = {
-      status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
-    }
-    const sets: string[] = []
-    const values: Array<string | number | null> = []
-    for (const [key, column] of Object.entries(columns) as Array<[keyof RunPatch, string]>) {
-      if (!(key in patch)) continue
-      const value = patch[key]
-      sets.push(`${column} = ?`)
-      values.push(key === 'usage' || key === 'error' ? json(value) : (value as string | number | null))
-    }
-    if (sets.length === 0) return
-    this.#stmt(`UPDATE runs SET ${sets.join(', ')} WHERE id = ?`).run(...values, id)
+    return this.#write(() => {
+      const columns: Record<keyof RunPatch, string> = {
+        status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
+      }
+      const sets: string[] = []
+      const values: Array<string | number | null> = []
+      for (const [key, column] of Object.entries(columns) as Array<[keyof RunPatch, string]>) {
+        if (!(key in patch)) continue
+        const value = patch[key]
+        sets.push(`${column} = ?`)
+        values.push(key === 'usage' || key === 'error' ? json(value) : (value as string | number | null))
+      }
+      if (sets.length === 0) return
+      this.#stmt(`UPDATE runs SET ${sets.join(', ')} WHERE id = ?`).run(...values, id)
+    })
   }
 
   async listUnfinishedRuns(): Promise<RunRecord[]> {
@@ -244,13 +322,15 @@ export class SqliteStore implements Store {
   }
 
   async saveToolCall(c: ToolCallRecord): Promise<void> {
-    this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
-        duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-      ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
-        duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(
-      c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs,
-      json(c.result), json(c.error)
-    )
+    return this.#write(() => {
+      this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
+          duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+          duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(
+        c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs,
+        json(c.result), json(c.error)
+      )
+    })
   }
 
   async getToolCall(sessionId: string, callId: string): Promise<ToolCallRecord | null> {
@@ -264,7 +344,7 @@ export class SqliteStore implements Store {
   }
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {
-    return this.#transaction(() => {
+    return this.#write((): IdempotencyOutcome => {
       const inserted = this.#stmt(`INSERT INTO idempotency (tenant, key, fingerprint, state, created_at)
         VALUES (?, ?, ?, 'in_progress', ?) ON CONFLICT (tenant, key) DO NOTHING`)
         .run(claim.tenant, claim.key, claim.fingerprint, claim.createdAt)
@@ -277,16 +357,22 @@ export class SqliteStore implements Store {
   }
 
   async completeIdempotency(tenant: string, key: string, response: { status: number; body: unknown }): Promise<void> {
-    this.#stmt(`UPDATE idempotency SET state = 'completed', status = ?, body = ? WHERE tenant = ? AND key = ?`)
-      .run(response.status, json(response.body), tenant, key)
+    return this.#write(() => {
+      this.#stmt(`UPDATE idempotency SET state = 'completed', status = ?, body = ? WHERE tenant = ? AND key = ?`)
+        .run(response.status, json(response.body), tenant, key)
+    })
   }
 
   async releaseIdempotency(tenant: string, key: string): Promise<void> {
-    this.#stmt('DELETE FROM idempotency WHERE tenant = ? AND key = ?').run(tenant, key)
+    return this.#write(() => {
+      this.#stmt('DELETE FROM idempotency WHERE tenant = ? AND key = ?').run(tenant, key)
+    })
   }
 
   async purgeIdempotency(olderThan: Date): Promise<number> {
-    return Number(this.#stmt('DELETE FROM idempotency WHERE created_at < ?').run(olderThan.toISOString()).changes)
+    return this.#write(() => {
+      return Number(this.#stmt('DELETE FROM idempotency WHERE created_at < ?').run(olderThan.toISOString()).changes)
+    })
   }
 }
 

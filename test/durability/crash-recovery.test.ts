@@ -110,7 +110,7 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     devModel.script({ hang: true })
     await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'first' })
     const queued = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'second', onBusy: 'enqueue' })).json.run
-    await until(async () => (await events(session.id)).length > 0, 5000, 'the first run to start')
+    await until(async () => devModel.requests.length > 0, 5000, 'the first run to call the model')
     devModel.reset()
     devModel.script({ text: 'second answer' })
     await crashAndRestart()

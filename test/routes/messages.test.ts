@@ -222,3 +222,24 @@ t.test('an idle stream sends a ping comment on its interval', async (t) => {
   const res = await readSse(`${base}/v1/sessions/${session.id}/events`, { timeoutMs: 300 })
   t.ok(res.frames.filter((f) => f.comment === 'ping').length >= 2, 'pings keep the connection alive')
 })
+
+t.test('a message stored while the active run ends still runs (no lost run)', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'first', delayMs: 50 }, { text: 'second' })
+  const first = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'a' } })).json()
+  // Storing the second run takes until the first has ended: the session goes idle in between.
+  const store = app.agentd.store
+  const createRun = store.createRun
+  store.createRun = async (run) => {
+    await app.agentd.runs.waitFor(first.run.id)
+    return createRun.call(store, run)
+  }
+  const second = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'b', onBusy: 'enqueue' } })
+  t.equal(second.statusCode, 202)
+  const finished = await Promise.race([
+    app.agentd.runs.waitFor(second.json().run.id),
+    new Promise((resolve) => setTimeout(() => resolve(null), 3000))
+  ])
+  t.match(finished, { status: 'completed' }, 'the second run ran')
+})

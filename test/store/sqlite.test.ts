@@ -33,3 +33,45 @@ t.test('events get one gap-free seq per session', async (t) => {
   t.equal((await store.getSessionById('ses_a'))?.lastSeq, 3)
   await t.rejects(append('ses_missing'), /does not exist/)
 })
+
+t.test('session counts per tenant follow creates, forks and deletes', async (t) => {
+  const store = new SqliteStore(':memory:')
+  t.teardown(() => store.close())
+  await store.migrate()
+  const now = new Date().toISOString()
+  const session = (id: string, tenant: string) => ({
+    id, tenant, createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  })
+  await Promise.all([store.createSession(session('ses_1', 'a')), store.createSession(session('ses_2', 'a')), store.createSession(session('ses_3', 'b'))])
+  await store.forkSession('ses_1', session('ses_4', 'a'), 0, () => 'msg_x')
+  t.equal(await store.countSessions('a'), 3)
+  t.equal(await store.countSessions('b'), 1)
+  t.equal(await store.countSessions('c'), 0)
+  t.equal(await store.deleteSession('a', 'ses_2'), true)
+  t.equal(await store.deleteSession('b', 'ses_1'), false, 'another tenant cannot delete it')
+  t.equal(await store.countSessions('a'), 2)
+})
+
+t.test('writes queued together commit together, and one failing write fails alone', async (t) => {
+  const store = new SqliteStore(':memory:')
+  t.teardown(() => store.close())
+  await store.migrate()
+  const now = new Date().toISOString()
+  const base = {
+    tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  }
+  const results = await Promise.allSettled([
+    store.createSession({ ...base, id: 'ses_ok1' }),
+    store.createSession({ ...base, id: 'ses_ok1' }),
+    store.createSession({ ...base, id: 'ses_ok2' })
+  ])
+  t.same(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled'], 'the duplicate fails, the others commit')
+  t.equal(await store.countSessions('t'), 2)
+  const pending = store.createSession({ ...base, id: 'ses_late' })
+  await store.close()
+  await pending
+  const reopened = await store.ping().catch((err: Error) => err)
+  t.match(reopened, { code: 'STORE_CLOSED' }, 'a write queued before close is committed, later calls are refused')
+})
