@@ -97,10 +97,30 @@ export class RunExecution {
     return new RunExecution(session, run, deps, noTools, new AbortController().signal)
   }
 
-  /** Emits an event of this run; resolves once it is committed. */
-  emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<EventRecord> {
-    return this.#deps.events.append({
+  /** The first failure of an event emitted without waiting (emitSoon); the next awaited emit throws it. */
+  #unsentError: unknown = null
+
+  /** Emits an event of this run; resolves once it (and every event emitted before it) is committed. */
+  async emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<EventRecord> {
+    const record = await this.#deps.events.append({
       sessionId: this.#session.id, runId: this.run.id, channel, type, at: now(), requestId: this.run.requestId, data
+    })
+    if (this.#unsentError !== null) {
+      const err = this.#unsentError
+      this.#unsentError = null
+      throw err
+    }
+    return record
+  }
+
+  /**
+   * Emits without waiting for the commit, for the stream of text deltas: the loop reads the next
+   * chunk while this one is stored. It is still committed before it is published, in order; a
+   * failure surfaces at the next awaited emit (at the latest, the end of the text).
+   */
+  #emitSoon(channel: EventChannel, type: string, data: Record<string, unknown>): void {
+    this.emit(channel, type, data).catch((err: unknown) => {
+      this.#unsentError ??= err
     })
   }
 
@@ -206,12 +226,12 @@ export class RunExecution {
             if (!text.started) await this.emit('progress', 'text_chunk_start', { step })
             text.started = true
             text.value += part.delta
-            await this.emit('progress', 'text_chunk', { step, delta: part.delta })
+            this.#emitSoon('progress', 'text_chunk', { step, delta: part.delta })
           } else if (part.type === 'reasoning') {
             if (!reasoning.started) await this.emit('progress', 'think_chunk_start', { step })
             reasoning.started = true
             reasoning.value += part.delta
-            await this.emit('progress', 'think_chunk', { step, delta: part.delta })
+            this.#emitSoon('progress', 'think_chunk', { step, delta: part.delta })
           } else if (part.type === 'tool_call') {
             toolCalls.push({ name: part.name, arguments: part.arguments })
           } else {

@@ -4,8 +4,8 @@ export type EventListener = (event: EventRecord) => void
 
 /**
  * The event log of every session: an event is committed to the store first and published to
- * live subscribers after, in seq order. Appends of one session are chained so that, even on a
- * store whose commits may finish out of order, subscribers see seq 1, 2, 3 … and nothing else.
+ * live subscribers after, in seq order. The store hands out seq in the order appends are
+ * called; publication is chained per session so that subscribers see exactly that order.
  */
 export class EventLog {
   readonly #store: Store
@@ -17,20 +17,25 @@ export class EventLog {
     this.#store = store
   }
 
-  /** Stores the event, then publishes it; resolves with its seq once it is committed. */
+  /**
+   * Stores the event, then publishes it; resolves with its seq once it is committed. The write
+   * goes to the store at once (a store may commit many in one transaction); publication waits
+   * for every earlier event of the session, so subscribers see seq 1, 2, 3 … in order.
+   */
   append(event: NewEvent): Promise<EventRecord> {
+    const committed = this.#store.appendEvent(event)
     const previous = this.#tails.get(event.sessionId) ?? Promise.resolve()
-    const appended = previous.then(async () => {
-      const record = await this.#store.appendEvent(event)
+    const published = previous.then(async () => {
+      const record = await committed
       this.#publish(record)
       return record
     })
-    const tail = appended.catch(() => undefined)
+    const tail = published.catch(() => undefined)
     this.#tails.set(event.sessionId, tail)
     void tail.then(() => {
       if (this.#tails.get(event.sessionId) === tail) this.#tails.delete(event.sessionId)
     })
-    return appended
+    return published
   }
 
   /** Calls the listener with every event of the session committed from now on; returns the unsubscribe. */

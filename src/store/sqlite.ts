@@ -12,6 +12,8 @@ type Row = Record<string, unknown>
 
 interface PendingWrite {
   work: () => unknown
+  /** Runs in a savepoint: a write of several statements that must fail as a whole. */
+  atomic: boolean
   resolve: (value: unknown) => void
   reject: (reason: unknown) => void
 }
@@ -40,6 +42,13 @@ export class SqliteStore implements Store {
   /** Writes waiting for the next group commit. */
   #pending: PendingWrite[] = []
   #flushScheduled = false
+  /**
+   * The newest seq of each session this process has appended to. This process is the store's
+   * only writer, so the sessions row need not be read per event; it is written once per
+   * session per commit (#flush).
+   */
+  readonly #lastSeq = new Map<string, number>()
+  readonly #seqToStore = new Map<string, number>()
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
@@ -76,10 +85,10 @@ export class SqliteStore implements Store {
    * queues dozens of writes per turn. Each write runs in its own savepoint, so one that fails
    * is rolled back alone; its promise resolves only once the transaction has committed.
    */
-  #write<T>(work: () => T): Promise<T> {
+  #write<T>(work: () => T, options: { atomic?: boolean } = {}): Promise<T> {
     if (this.#closed) return Promise.reject(new StoreClosedError())
     return new Promise<T>((resolve, reject) => {
-      this.#pending.push({ work, resolve: resolve as (value: unknown) => void, reject })
+      this.#pending.push({ work, atomic: options.atomic ?? false, resolve: resolve as (value: unknown) => void, reject })
       if (!this.#flushScheduled) {
         this.#flushScheduled = true
         setImmediate(() => this.#flush())
@@ -98,22 +107,32 @@ export class SqliteStore implements Store {
     }
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = []
     try {
-      this.#db.exec('BEGIN IMMEDIATE')
+      this.#stmt('BEGIN IMMEDIATE').run()
       for (const write of batch) {
-        this.#db.exec('SAVEPOINT write')
+        // A single statement that fails is undone by SQLite alone; several need a savepoint.
+        if (write.atomic) this.#stmt('SAVEPOINT write').run()
         try {
           outcomes.push({ ok: true, value: write.work() })
-          this.#db.exec('RELEASE write')
+          if (write.atomic) this.#stmt('RELEASE write').run()
         } catch (error) {
-          this.#db.exec('ROLLBACK TO write')
-          this.#db.exec('RELEASE write')
+          if (write.atomic) {
+            this.#stmt('ROLLBACK TO write').run()
+            this.#stmt('RELEASE write').run()
+          }
           outcomes.push({ ok: false, error })
         }
       }
-      this.#db.exec('COMMIT')
+      const setSeq = this.#stmt('UPDATE sessions SET last_seq = ? WHERE id = ?')
+      for (const [sessionId, seq] of this.#seqToStore) setSeq.run(seq, sessionId)
+      this.#seqToStore.clear()
+      this.#stmt('COMMIT').run()
+      // Bounded: past this many sessions the cache starts over (each reloads on its next event).
+      if (this.#lastSeq.size > 10_000) this.#lastSeq.clear()
     } catch (err) {
       // BEGIN or COMMIT failed (disk full, I/O error): nothing of the batch was committed.
       if (this.#db.isTransaction) this.#db.exec('ROLLBACK')
+      this.#lastSeq.clear()
+      this.#seqToStore.clear()
       for (const write of batch) write.reject(err)
       return
     }
@@ -208,20 +227,28 @@ export class SqliteStore implements Store {
   async deleteSession(tenant: string, id: string): Promise<boolean> {
     return this.#write(() => {
       const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
-      return Number(result.changes) > 0
+      if (Number(result.changes) === 0) return false
+      this.#lastSeq.delete(id)
+      this.#seqToStore.delete(id)
+      return true
     })
   }
 
   async appendEvent(event: NewEvent): Promise<EventRecord> {
     return this.#write(() => {
-      const row = this.#stmt('UPDATE sessions SET last_seq = last_seq + 1 WHERE id = ? RETURNING last_seq')
-        .get(event.sessionId) as Row | undefined
-      if (!row) throw new Error(`session ${event.sessionId} does not exist`)
-      const seq = Number(row.last_seq)
+      let last = this.#lastSeq.get(event.sessionId)
+      if (last === undefined) {
+        const row = this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(event.sessionId) as Row | undefined
+        if (!row) throw new Error(`session ${event.sessionId} does not exist`)
+        last = Number(row.last_seq)
+      }
+      const seq = last + 1
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(
         event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, JSON.stringify(event.data)
       )
+      this.#lastSeq.set(event.sessionId, seq)
+      this.#seqToStore.set(event.sessionId, seq)
       return { ...event, seq }
     })
   }
@@ -246,12 +273,15 @@ export class SqliteStore implements Store {
   async addMessage(m: MessageRecord): Promise<void> {
     return this.#write(() => {
       // at_seq: the session's newest event when the message was stored, which places it for fork.
+      const atSeq = this.#lastSeq.get(m.sessionId) ??
+        Number((this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(m.sessionId) as Row | undefined)?.last_seq ?? 0)
       this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, (SELECT last_seq FROM sessions WHERE id = ?), ?)`).run(
-        m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.sessionId, m.createdAt
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+        m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, atSeq, m.createdAt
       )
     })
   }
+
 
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
     const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? ORDER BY pos').all(sessionId) as Row[]
@@ -278,7 +308,7 @@ export class SqliteStore implements Store {
         insert.run(newMessageId(), target.id, row.run_id as string | null, row.role as string, row.content as string | null,
           row.tool_calls as string | null, row.tool_call_id as string | null, Number(row.at_seq), row.created_at as string)
       }
-    })
+    }, { atomic: true })
   }
 
   async createRun(r: RunRecord): Promise<void> {
