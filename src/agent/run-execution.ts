@@ -132,21 +132,26 @@ export class RunExecution {
     const patch: Partial<RunRecord> = { status }
     if (status === 'running' && !this.run.startedAt) patch.startedAt = this.run.startedAt = now()
     if (FINAL.has(status)) patch.endedAt = this.run.endedAt = now()
-    await this.#deps.store.updateRun(this.run.id, patch)
-    await this.#deps.store.updateSession(this.#session.id, { status: sessionStatusOf(status) })
-    await this.emit('monitor', 'state_changed', { from, to: status })
+    // Queued together, these commit together: one group commit instead of three.
+    await Promise.all([
+      this.#deps.store.updateRun(this.run.id, patch),
+      this.#deps.store.updateSession(this.#session.id, { status: sessionStatusOf(status) }),
+      this.emit('monitor', 'state_changed', { from, to: status })
+    ])
   }
 
   /** Runs the loop to its end; never throws. */
   async execute(): Promise<RunRecord> {
     let reason: DoneReason = 'completed'
     try {
-      await this.setStatus('running')
-      await this.#deps.store.addMessage({
-        id: this.run.messageId, sessionId: this.#session.id, runId: this.run.id, role: 'user', content: this.run.input, createdAt: now()
-      })
+      await Promise.all([
+        this.setStatus('running'),
+        this.#deps.store.addMessage({
+          id: this.run.messageId, sessionId: this.#session.id, runId: this.run.id, role: 'user', content: this.run.input, createdAt: now()
+        })
+      ])
       reason = await this.#loop()
-      await this.#finish(reason === 'max_steps' ? 'failed' : 'completed', reason, reason === 'max_steps' ? maxStepsError(this.#maxSteps) : null)
+      await this.#close(reason === 'max_steps' ? 'failed' : 'completed', reason, reason === 'max_steps' ? maxStepsError(this.#maxSteps) : null, 'system')
     } catch (err) {
       if (this.#signal.aborted) {
         await this.#end('cancelled', 'interrupted', null)
@@ -173,11 +178,8 @@ export class RunExecution {
       const answer = await this.#callModel(step, messages)
       const usage = answer.usage ?? emptyUsage()
       this.#usage = addUsage(this.#usage, usage)
-      await store.updateRun(this.run.id, { steps: step, usage: this.#usage })
-      await store.addSessionUsage(this.#session.id, usage)
       this.run.steps = step
       this.run.usage = this.#usage
-      await this.emit('monitor', 'token_usage', { ...usage })
 
       const toolCalls: MessageToolCall[] = answer.toolCalls.map((call) => ({ id: newId('call'), name: call.name, arguments: call.arguments }))
       const assistant: MessageRecord = {
@@ -185,15 +187,19 @@ export class RunExecution {
         content: answer.text.length > 0 ? answer.text : null, createdAt: now()
       }
       if (toolCalls.length > 0) assistant.toolCalls = toolCalls
-      await store.addMessage(assistant)
+      await Promise.all([
+        store.updateRun(this.run.id, { steps: step, usage: this.#usage }),
+        store.addSessionUsage(this.#session.id, usage),
+        this.emit('monitor', 'token_usage', { ...usage }),
+        store.addMessage(assistant)
+      ])
       messages.push(...toChatMessages(null, [assistant]))
 
       for (const call of toolCalls) {
         const tool = await this.#runToolCall(step, call)
-        await store.addMessage(tool)
         messages.push(...toChatMessages(null, [tool]))
       }
-      await this.emit('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
+      this.#emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
 
       const maxTokens = this.#session.limits.maxTokens
       if (maxTokens !== undefined && this.#usage.totalTokens > maxTokens) {
@@ -280,8 +286,7 @@ export class RunExecution {
       endedAt: null, durationMs: null
     }
     const save = async () => store.saveToolCall(record)
-    await save()
-    await this.emit('progress', 'tool:start', { call: snapshot(record) })
+    await Promise.all([save(), this.emit('progress', 'tool:start', { call: snapshot(record) })])
 
     let outcome: { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
     try {
@@ -315,21 +320,26 @@ export class RunExecution {
 
     record.endedAt = now()
     record.durationMs = Date.now() - startedAt
+    const message = toolMessage(this.#session.id, this.run.id, record.id, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
+    // The call's final state, its events and its answer commit together.
+    const writes: Array<Promise<unknown>> = []
     if (outcome.ok) {
       record.state = 'completed'
       record.result = outcome.result
-      await save()
-      await this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true })
+      writes.push(save(), this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true }))
     } else {
       record.state = outcome.error.code === 'DENIED_BY_USER' ? 'denied' : 'failed'
       record.error = outcome.error
-      await save()
-      await this.emit('progress', 'tool:error', { call: snapshot(record), error: outcome.error })
-      await this.emit('monitor', 'error', { severity: 'warn', phase: 'tool', message: outcome.error.message, detail: outcome.error })
-      await this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: false })
+      writes.push(
+        save(),
+        this.emit('progress', 'tool:error', { call: snapshot(record), error: outcome.error }),
+        this.emit('monitor', 'error', { severity: 'warn', phase: 'tool', message: outcome.error.message, detail: outcome.error }),
+        this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: false })
+      )
     }
-    await this.emit('progress', 'tool:end', { call: snapshot(record) })
-    return toolMessage(this.#session.id, this.run.id, record.id, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
+    writes.push(this.emit('progress', 'tool:end', { call: snapshot(record) }), this.#deps.store.addMessage(message))
+    await Promise.all(writes)
+    return message
   }
 
   #lastNote: string | null = null
@@ -379,27 +389,25 @@ export class RunExecution {
     await this.emit('progress', 'tool:end', { call: snapshot(record) })
   }
 
-  async #finish(status: RunStatus, reason: DoneReason, error: ClassifiedError | null): Promise<void> {
+  /** Records the end of the run: its error (if any), its final status, then done, committed together. */
+  async #close(status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: 'model' | 'tool' | 'system'): Promise<void> {
+    const writes: Array<Promise<unknown>> = []
     if (error) {
       this.run.error = error
-      await this.#deps.store.updateRun(this.run.id, { error })
-      await this.emit('monitor', 'error', { severity: 'error', phase: 'system', message: error.message, detail: error })
+      writes.push(
+        this.#deps.store.updateRun(this.run.id, { error }),
+        this.emit('monitor', 'error', { severity: 'error', phase, message: error.message, detail: error })
+      )
     }
-    await this.setStatus(status)
-    await this.emit('progress', 'done', { step: this.#steps, reason, runId: this.run.id })
+    writes.push(this.setStatus(status), this.emit('progress', 'done', { step: this.#steps, reason, runId: this.run.id }))
+    await Promise.all(writes)
   }
 
   /** Ends the run after a failure or interrupt; a store that fails here too is logged, never thrown. */
   async #end(status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: 'model' | 'tool' | 'system' = 'system'): Promise<void> {
     try {
       await this.#sealOpenCalls()
-      if (error) {
-        this.run.error = error
-        await this.#deps.store.updateRun(this.run.id, { error })
-        await this.emit('monitor', 'error', { severity: 'error', phase, message: error.message, detail: error })
-      }
-      await this.setStatus(status)
-      await this.emit('progress', 'done', { step: this.#steps, reason, runId: this.run.id })
+      await this.#close(status, reason, error, phase)
     } catch (err) {
       this.#log.error({ err, status, reason }, 'could not record the end of the run')
       this.run.status = status

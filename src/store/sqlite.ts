@@ -9,6 +9,7 @@ import type {
 } from './store.ts'
 
 type Row = Record<string, unknown>
+type Param = string | number | null
 
 interface PendingWrite {
   work: () => unknown
@@ -84,6 +85,7 @@ export class SqliteStore implements Store {
    * transaction (group commit): a commit costs far more than a statement, and a busy service
    * queues dozens of writes per turn. Each write runs in its own savepoint, so one that fails
    * is rolled back alone; its promise resolves only once the transaction has committed.
+   * Writes take their parameters when they are queued, never later.
    */
   #write<T>(work: () => T, options: { atomic?: boolean } = {}): Promise<T> {
     if (this.#closed) return Promise.reject(new StoreClosedError())
@@ -143,6 +145,13 @@ export class SqliteStore implements Store {
     })
   }
 
+  /** A one-statement write; its parameters are taken now, so a caller may change its objects right after. */
+  #run(sql: string, params: Param[]): Promise<void> {
+    return this.#write(() => {
+      this.#stmt(sql).run(...params)
+    })
+  }
+
   async migrate(): Promise<void> {
     this.#db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`)
@@ -173,15 +182,13 @@ export class SqliteStore implements Store {
   }
 
   async createSession(s: SessionRecord): Promise<void> {
-    return this.#write(() => {
-      this.#stmt(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-          approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-        s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
-        json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
-        s.usage.totalTokens, json(s.forkedFrom)
-      )
-    })
+    return this.#run(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
+        approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
+      s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
+      json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
+      s.usage.totalTokens, json(s.forkedFrom)
+    ])
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
@@ -207,14 +214,12 @@ export class SqliteStore implements Store {
   }
 
   async updateSession(id: string, patch: SessionPatch): Promise<void> {
-    return this.#write(() => {
-      const sets: string[] = []
-      const values: Array<string | number> = []
-      if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
-      sets.push('updated_at = ?')
-      values.push(patch.updatedAt ?? new Date().toISOString())
-      this.#stmt(`UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`).run(...values, id)
-    })
+    const sets: string[] = []
+    const values: Param[] = []
+    if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
+    sets.push('updated_at = ?')
+    values.push(patch.updatedAt ?? new Date().toISOString())
+    return this.#run(`UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`, [...values, id])
   }
 
   async addSessionUsage(id: string, usage: Usage): Promise<void> {
@@ -235,6 +240,7 @@ export class SqliteStore implements Store {
   }
 
   async appendEvent(event: NewEvent): Promise<EventRecord> {
+    const data = JSON.stringify(event.data)
     return this.#write(() => {
       let last = this.#lastSeq.get(event.sessionId)
       if (last === undefined) {
@@ -245,7 +251,7 @@ export class SqliteStore implements Store {
       const seq = last + 1
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(
-        event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, JSON.stringify(event.data)
+        event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, data
       )
       this.#lastSeq.set(event.sessionId, seq)
       this.#seqToStore.set(event.sessionId, seq)
@@ -271,13 +277,14 @@ export class SqliteStore implements Store {
   }
 
   async addMessage(m: MessageRecord): Promise<void> {
+    const toolCalls = json(m.toolCalls)
     return this.#write(() => {
       // at_seq: the session's newest event when the message was stored, which places it for fork.
       const atSeq = this.#lastSeq.get(m.sessionId) ??
         Number((this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(m.sessionId) as Row | undefined)?.last_seq ?? 0)
       this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-        m.id, m.sessionId, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, atSeq, m.createdAt
+        m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt
       )
     })
   }
@@ -312,13 +319,11 @@ export class SqliteStore implements Store {
   }
 
   async createRun(r: RunRecord): Promise<void> {
-    return this.#write(() => {
-      this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
-          started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-        r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt,
-        r.startedAt, r.endedAt
-      )
-    })
+    return this.#run(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
+        started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
+      r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt,
+      r.startedAt, r.endedAt
+    ])
   }
 
   async getRun(sessionId: string, runId: string): Promise<RunRecord | null> {
@@ -327,21 +332,19 @@ export class SqliteStore implements Store {
   }
 
   async updateRun(id: string, patch: RunPatch): Promise<void> {
-    return this.#write(() => {
-      const columns: Record<keyof RunPatch, string> = {
-        status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
-      }
-      const sets: string[] = []
-      const values: Array<string | number | null> = []
-      for (const [key, column] of Object.entries(columns) as Array<[keyof RunPatch, string]>) {
-        if (!(key in patch)) continue
-        const value = patch[key]
-        sets.push(`${column} = ?`)
-        values.push(key === 'usage' || key === 'error' ? json(value) : (value as string | number | null))
-      }
-      if (sets.length === 0) return
-      this.#stmt(`UPDATE runs SET ${sets.join(', ')} WHERE id = ?`).run(...values, id)
-    })
+    const columns: Record<keyof RunPatch, string> = {
+      status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
+    }
+    const sets: string[] = []
+    const values: Param[] = []
+    for (const [key, column] of Object.entries(columns) as Array<[keyof RunPatch, string]>) {
+      if (!(key in patch)) continue
+      const value = patch[key]
+      sets.push(`${column} = ?`)
+      values.push(key === 'usage' || key === 'error' ? json(value) : (value as Param))
+    }
+    if (sets.length === 0) return
+    return this.#run(`UPDATE runs SET ${sets.join(', ')} WHERE id = ?`, [...values, id])
   }
 
   async listUnfinishedRuns(): Promise<RunRecord[]> {
@@ -352,15 +355,13 @@ export class SqliteStore implements Store {
   }
 
   async saveToolCall(c: ToolCallRecord): Promise<void> {
-    return this.#write(() => {
-      this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
-          duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-        ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
-          duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(
-        c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs,
-        json(c.result), json(c.error)
-      )
-    })
+    return this.#run(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
+        duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+        duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`, [
+      c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs,
+      json(c.result), json(c.error)
+    ])
   }
 
   async getToolCall(sessionId: string, callId: string): Promise<ToolCallRecord | null> {
@@ -387,10 +388,8 @@ export class SqliteStore implements Store {
   }
 
   async completeIdempotency(tenant: string, key: string, response: { status: number; body: unknown }): Promise<void> {
-    return this.#write(() => {
-      this.#stmt(`UPDATE idempotency SET state = 'completed', status = ?, body = ? WHERE tenant = ? AND key = ?`)
-        .run(response.status, json(response.body), tenant, key)
-    })
+    return this.#run(`UPDATE idempotency SET state = 'completed', status = ?, body = ? WHERE tenant = ? AND key = ?`,
+      [response.status, json(response.body), tenant, key])
   }
 
   async releaseIdempotency(tenant: string, key: string): Promise<void> {
