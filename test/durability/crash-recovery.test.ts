@@ -107,10 +107,11 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
 
   t.test('a queued run survives and runs after the restart', async (t) => {
     const session = (await api('POST', '/v1/sessions', { tools: [] })).json
+    const before = devModel.requests.length
     devModel.script({ hang: true })
     await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'first' })
     const queued = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'second', onBusy: 'enqueue' })).json.run
-    await until(async () => devModel.requests.length > 0, 5000, 'the first run to call the model')
+    await until(async () => devModel.requests.length > before, 5000, 'the first run to call the model')
     devModel.reset()
     devModel.script({ text: 'second answer' })
     await crashAndRestart()
