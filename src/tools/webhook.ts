@@ -70,12 +70,12 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         }
       } catch (err) {
         if (deadline?.aborted && !ctx.signal.aborted) {
-          throw new ToolFailure('TIMEOUT', `The webhook did not answer within ${timeoutMs} ms.`, { url: url.href, timeoutMs })
+          throw new ToolFailure('TIMEOUT', `The webhook did not answer within ${timeoutMs} ms.`, { url: redacted(url), timeoutMs })
         }
         if (ctx.signal.aborted) throw err
         const code = (err as { code?: unknown }).code
         throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} could not be reached: ${(err as Error).message}`, {
-          url: url.href,
+          url: redacted(url),
           ...(typeof code === 'string' ? { errno: code } : {})
         }, { cause: err })
       }
@@ -83,12 +83,12 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         throw new ToolFailure(
           response.statusCode === 429 ? 'RATE_LIMITED' : 'IO_ERROR',
           `The webhook answered HTTP ${response.statusCode}.`,
-          { url: url.href, status: response.statusCode, body: buffer.text().slice(0, 500) },
+          { url: redacted(url), status: response.statusCode, body: buffer.text().slice(0, 500) },
           { errorType: 'runtime' }
         )
       }
       if (buffer.truncated) {
-        throw new ToolFailure('OUTPUT_TOO_LARGE', `The webhook answered more than ${maxBytes} bytes.`, { url: url.href, maxBytes })
+        throw new ToolFailure('OUTPUT_TOO_LARGE', `The webhook answered more than ${maxBytes} bytes.`, { url: redacted(url), maxBytes })
       }
       const text = buffer.text()
       if (text.trim() === '') return null
@@ -96,11 +96,16 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         return JSON.parse(text) as unknown
       } catch {
         throw new ToolFailure('IO_ERROR', 'The webhook answered with a body that is not JSON.', {
-          url: url.href,
+          url: redacted(url),
           status: response.statusCode,
           body: text.slice(0, 500)
         })
       }
     }
   }
+}
+
+/** The URL as errors and events show it: no query string or fragment, which may carry a secret. */
+function redacted(url: URL): string {
+  return `${url.origin}${url.pathname}`
 }

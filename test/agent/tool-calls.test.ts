@@ -128,6 +128,12 @@ t.test('isolation: runaway tools end classified in time while the service keeps 
     devModel.script({ toolCalls: [{ name, arguments: args as Record<string, unknown> }] }, { text: 'ok' })
     const started = Date.now()
     const running = app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })
+    // The dev model's script is shared: let this run take its tool call before the other session asks.
+    for (let i = 0; i < 500; i++) {
+      const started = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=tool:start`, headers: { accept: 'application/json' } })).json().data
+      if (started.length > 0) break
+      await new Promise((r) => setTimeout(r, 5))
+    }
     // While the tool runs: liveness stays fast and another session completes a whole run.
     let slowest = 0
     let otherRuns = 0
@@ -301,6 +307,7 @@ t.test('webhook tools: allowed hosts only, the answer is the result', async (t) 
     req.on('end', () => {
       received.push(JSON.parse(body))
       res.setHeader('content-type', 'application/json')
+      if (req.url?.startsWith('/fail')) res.statusCode = 500
       res.end(JSON.stringify({ price: 42 }))
     })
   })
@@ -319,6 +326,18 @@ t.test('webhook tools: allowed hosts only, the answer is the result', async (t) 
   t.match(received[0], { sessionId: session.id, name: 'price', input: { sku: 'A1' }, callId: /^call_/ })
   const last = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
   t.same(JSON.parse(last.messages.at(-1)?.content ?? 'null'), { price: 42 })
+
+  // A URL's query may hold a secret: a failing call shows neither the model nor the events it.
+  const secretSpec = { ...spec, url: `http://127.0.0.1:${port}/fail?token=s3cr3t-value` }
+  const failing = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [secretSpec] } })).json()
+  devModel.script({ toolCalls: [{ name: 'price', arguments: { sku: 'B2' } }] }, { text: 'failed' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${failing.id}/messages?wait=true`, payload: { content: 'price?' } })
+  const sent = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
+  const result = JSON.parse(sent.messages.at(-1)?.content ?? 'null')
+  t.match(result, { ok: false, errorType: 'runtime' })
+  t.notMatch(JSON.stringify(result), /s3cr3t/, 'the model does not see the secret')
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${failing.id}/events?limit=1000`, headers: { accept: 'application/json' } })).body
+  t.notMatch(events, /s3cr3t/, 'no event carries it')
 })
 
 t.test('GET /v1/tools lists each tool with its JSON Schema', async (t) => {
