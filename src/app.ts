@@ -234,7 +234,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(errorEnvelopePlugin)
   await app.register(openApiPlugin, { version })
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
-  await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths: [...(config.metricsPublic ? ['/metrics'] : []), '/openapi.json', '/docs', '/docs/*'] })
+  await app.register(authPlugin, {
+    apiKeys: config.apiKeys,
+    openPaths: [...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
+  })
 
   await app.register(idempotencyPlugin, {
     store,

@@ -42,6 +42,7 @@ export const EnvSchema = Type.Object({
   AGENTD_SHUTDOWN_GRACE_MS: integer('an integer of milliseconds from 0 to 3600000', '10000'),
   AGENTD_BASH_ENABLED: boolean('true or false', 'false'),
   AGENTD_METRICS_PUBLIC: boolean('true or false', 'true'),
+  AGENTD_DOCS_PUBLIC: boolean('true or false', 'true'),
   AGENTD_WEBHOOK_HOSTS: Type.String({
     default: '',
     pattern: '^[A-Za-z0-9.:\\[\\]-]*(,[A-Za-z0-9.:\\[\\]-]+)*$',
@@ -89,6 +90,8 @@ export interface Config {
   bashEnabled: boolean
   /** True when GET /metrics needs no API key. */
   metricsPublic: boolean
+  /** True when GET /openapi.json and /docs need no API key. */
+  docsPublic: boolean
   webhookHosts: readonly string[]
   fetchAllowHosts: readonly string[]
   /** Browser origins CORS allows ('*' for any); empty when CORS is off. */
@@ -200,6 +203,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     shutdownGraceMs: Number(env.AGENTD_SHUTDOWN_GRACE_MS),
     bashEnabled: flag(env.AGENTD_BASH_ENABLED),
     metricsPublic: flag(env.AGENTD_METRICS_PUBLIC),
+    docsPublic: flag(env.AGENTD_DOCS_PUBLIC),
     webhookHosts: list(env.AGENTD_WEBHOOK_HOSTS),
     fetchAllowHosts: list(env.AGENTD_FETCH_ALLOW_HOSTS),
     corsOrigins: list(env.AGENTD_CORS_ORIGINS),

@@ -82,6 +82,17 @@ t.test('with API keys configured', async (t) => {
   })
 })
 
+t.test('AGENTD_DOCS_PUBLIC=false puts the OpenAPI document and the docs UI behind a key', async (t) => {
+  const { app } = await buildTestApp(t, { env: { AGENTD_API_KEYS: KEYS, AGENTD_DOCS_PUBLIC: 'false' } })
+  for (const url of ['/openapi.json', '/docs/']) {
+    const refused = await app.inject({ method: 'GET', url })
+    t.equal(refused.statusCode, 401, `${url} without a key`)
+    t.equal(refused.json().error.code, 'UNAUTHORIZED')
+    t.equal((await app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${KEY_A}` } })).statusCode, 200, `${url} with a key`)
+  }
+  t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200, 'probes stay open')
+})
+
 t.test('without API keys every route works without an Authorization header', async (t) => {
   const { app } = await buildTestApp(t)
   const operations = await v1Operations(app)
