@@ -92,15 +92,21 @@ export class ToolCatalog {
 
   /** Executes server-side tool calls of one session in the isolation runtime. */
   async executor(session: SessionRecord, logger: Logger): Promise<ExecuteTool> {
-    const workspace = await ensureWorkspace(this.#config.workspaces, session.id)
+    // Made on the first call that needs it: most runs call no tool.
+    let workspace: Promise<string> | undefined
     const tools = await this.resolve(session)
     const timeoutMs = Math.min(session.limits.toolTimeoutMs ?? this.#config.toolTimeoutMs, this.#config.toolTimeoutMs)
     return async (call, signal, emit) => {
       const entry = tools.get(call.name)
       if (!entry || entry.kind !== 'server') throw new Error(`${call.name} is not a server tool of this session`)
+      workspace ??= ensureWorkspace(this.#config.workspaces, session.id).catch((err: unknown) => {
+        workspace = undefined
+        throw err
+      })
+      const root = await workspace
       const outcome = await this.#limiter.run(session.id, () =>
         runTool(entry.tool, call.input, {
-          signal, sessionId: session.id, callId: call.id, workspace, logger: logger.child({ callId: call.id, tool: call.name }),
+          signal, sessionId: session.id, callId: call.id, workspace: root, logger: logger.child({ callId: call.id, tool: call.name }),
           emit: (type, data) => void emit(type, data)
         }, { timeoutMs, maxOutputBytes: this.#maxOutputBytes }), signal)
       return outcome.ok ? { ok: true, result: outcome.result } : { ok: false, error: outcome.error }
