@@ -190,6 +190,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     await app.agentd.runs.cancelSession(id)
     await store.deleteSession(request.tenant, id)
     app.agentd.endSessionStreams(id, 'session deleted')
+    await app.agentd.tools.removeWorkspace(id)
     return reply.status(204).send()
   })
 }

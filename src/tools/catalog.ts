@@ -9,7 +9,7 @@ import { createBuiltinTools, DEFAULT_TOOL_NAMES } from './builtin/index.ts'
 import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
 import { createConcurrencyLimiter, runTool } from './runtime.ts'
-import { ensureWorkspace } from './workspace.ts'
+import { ensureWorkspace, removeWorkspace } from './workspace.ts'
 
 /** A tool selection the server cannot honour (unknown name, host not allowed, bad schema). */
 export class ToolSelectionError extends Error {
@@ -51,6 +51,11 @@ export class ToolCatalog {
     })) {
       this.registry.register(tool)
     }
+  }
+
+  /** Deletes a session's workspace with its files (the session is gone). */
+  async removeWorkspace(sessionId: string): Promise<void> {
+    await removeWorkspace(this.#config.workspaces, sessionId)
   }
 
   /** GET /v1/tools: every server tool with its JSON Schema. */

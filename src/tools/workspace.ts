@@ -1,4 +1,4 @@
-import { lstat, mkdir, readlink, realpath } from 'node:fs/promises'
+import { lstat, mkdir, readlink, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { ToolFailure } from '../agent/classify.ts'
 
@@ -52,6 +52,12 @@ export function isInside(root: string, candidate: string): boolean {
 const sessionFolder = /^[A-Za-z0-9_-]{1,128}$/
 
 /** Creates `<rootDir>/<sessionId>` if needed and returns its real path. */
+/** Removes a session's workspace folder and everything in it (the session was deleted). */
+export async function removeWorkspace(rootDir: string, sessionId: string): Promise<void> {
+  if (!sessionFolder.test(sessionId)) throw new Error(`Invalid session id for a workspace folder: ${JSON.stringify(sessionId)}`)
+  await rm(path.join(path.resolve(rootDir), sessionId), { recursive: true, force: true })
+}
+
 export async function ensureWorkspace(rootDir: string, sessionId: string): Promise<string> {
   if (!sessionFolder.test(sessionId)) throw new Error(`Invalid session id for a workspace folder: ${JSON.stringify(sessionId)}`)
   const dir = path.join(path.resolve(rootDir), sessionId)

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
@@ -65,6 +66,17 @@ t.test('reading and deleting a session', async (t) => {
   t.equal(again.statusCode, 404)
   t.equal(again.json().error.code, 'SESSION_NOT_FOUND')
   t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${created.id}` })).statusCode, 404)
+})
+
+t.test('deleting a session removes its workspace files', async (t) => {
+  const { app, devModel, dir } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  devModel.script({ toolCalls: [{ name: 'fs_write', arguments: { path: 'secret.txt', content: 'x' } }] }, { text: 'ok' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'write' } })
+  const workspace = join(dir, 'workspaces', session.id)
+  t.ok(existsSync(join(workspace, 'secret.txt')), 'the tool wrote into the workspace')
+  t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })).statusCode, 204)
+  t.notOk(existsSync(workspace), 'the workspace is gone')
 })
 
 t.test('listing sessions pages newest first with a cursor', async (t) => {
