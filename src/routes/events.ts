@@ -1,10 +1,10 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { apiError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import { EventSchema, EventsHeadersSchema, EventsQuerySchema } from '../schemas/events.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
 import type { EventChannel } from '../store/store.ts'
+import { sessionOr404 } from './views.ts'
 
 const EventPageSchema = Type.Object({
   data: Type.Array(ref(EventSchema)),
@@ -34,8 +34,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
     }
   }, async (request, reply) => {
-    const session = await store.getSession(request.tenant, request.params.id)
-    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     const { query } = request
     const lastEventId = request.headers['last-event-id']
     const after = query.after ?? (lastEventId === undefined ? 0 : Number(lastEventId))

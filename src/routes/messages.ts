@@ -7,7 +7,7 @@ import {
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
-import { toMessageView, toRunView, wantsEventStream } from './views.ts'
+import { sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
 
 const SseSchema = Type.String({ description: 'Server-Sent Events: id, event and data (the Event as JSON) per frame' })
 
@@ -15,11 +15,7 @@ const SseSchema = Type.String({ description: 'Server-Sent Events: id, event and 
 export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { store, runs } = app.agentd
 
-  async function sessionOf(tenant: string, id: string) {
-    const session = await store.getSession(tenant, id)
-    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
-    return session
-  }
+  const sessionOf = (tenant: string, id: string) => sessionOr404(store, tenant, id)
 
   app.post('/v1/sessions/:id/messages', {
     schema: {

@@ -9,6 +9,7 @@ import {
 } from '../schemas/sessions.ts'
 import type { SessionRecord } from '../store/store.ts'
 import { ToolSelectionError } from '../tools/catalog.ts'
+import { sessionOr404 } from './views.ts'
 
 /** The public view of a stored session. */
 export function toSessionView(record: SessionRecord, defaultTools: string[]): Session {
@@ -127,8 +128,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ref(SessionSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
-    const session = await store.getSession(request.tenant, request.params.id)
-    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     return toSessionView(session, app.agentd.tools.defaultNames)
   })
 
@@ -145,8 +145,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       request.body ??= {}
     }
   }, async (request, reply) => {
-    const source = await store.getSession(request.tenant, request.params.id)
-    if (!source) throw apiError('SESSION_NOT_FOUND', `No session ${request.params.id}`)
+    const source = await sessionOr404(store, request.tenant, request.params.id)
     await assertSessionCapacity(request.tenant)
     const atSeq = request.body?.atSeq ?? source.lastSeq
     if (atSeq > source.lastSeq) {
@@ -185,8 +184,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request, reply) => {
     const { id } = request.params
-    const session = await store.getSession(request.tenant, id)
-    if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
+    await sessionOr404(store, request.tenant, id)
     await app.agentd.runs.cancelSession(id)
     await store.deleteSession(request.tenant, id)
     app.agentd.endSessionStreams(id, 'session deleted')

@@ -1,5 +1,13 @@
+import { apiError } from '../http/errors.ts'
 import type { Message, Run } from '../schemas/messages.ts'
-import type { MessageRecord, RunRecord } from '../store/store.ts'
+import type { MessageRecord, RunRecord, SessionRecord, Store } from '../store/store.ts'
+
+/** The tenant's session, or 404 SESSION_NOT_FOUND (also for another tenant's: no existence leak). */
+export async function sessionOr404(store: Store, tenant: string, id: string): Promise<SessionRecord> {
+  const session = await store.getSession(tenant, id)
+  if (!session) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
+  return session
+}
 
 /** The public view of a stored run. */
 export function toRunView(run: RunRecord): Run {
