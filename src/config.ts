@@ -136,7 +136,7 @@ const ranges: Partial<Record<keyof Env, [number, number]>> = {
 const LOOPBACK = /^(localhost|127(\.\d{1,3}){3}|::1|\[::1\])$/i
 
 function describe(name: string, value: unknown, expected: string): string {
-  const shown = name === 'AGENTD_API_KEYS' || name === 'OPENAI_API_KEY' ? '(value hidden)' : JSON.stringify(value)
+  const shown = ['AGENTD_API_KEYS', 'OPENAI_API_KEY', 'DATABASE_URL'].includes(name) ? '(value hidden)' : JSON.stringify(value)
   return `${name}=${shown} is invalid: expected ${expected}`
 }
 
@@ -180,6 +180,9 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
       'HOST',
       `HOST=${JSON.stringify(env.HOST)} is invalid: without AGENTD_API_KEYS agentd listens only on a loopback address (127.0.0.1, ::1, localhost); set AGENTD_API_KEYS to listen on ${env.HOST}`
     )
+  }
+  if (env.DATABASE_URL && !problems.has('DATABASE_URL')) {
+    problems.set('DATABASE_URL', 'DATABASE_URL=(value hidden) is invalid: this build has no PostgreSQL store yet; unset it to use SQLite (AGENTD_DB)')
   }
   if (problems.size > 0) throw new ConfigError([...problems.values()])
 

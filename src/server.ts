@@ -14,6 +14,14 @@ function readConfig(): Readonly<Config> {
   }
 }
 
+/** Start-up failed for a reason outside the configuration (store, port): one line, exit 1. */
+function cannotStart(err: unknown): never {
+  const code = (err as { code?: string } | null)?.code
+  const message = err instanceof Error ? err.message : String(err)
+  process.stderr.write(`agentd: cannot start: ${message}${code && !message.includes(code) ? ` (${code})` : ''}\n`)
+  process.exit(1)
+}
+
 const config = readConfig()
 
 let devModel: DevModel | undefined
@@ -30,7 +38,7 @@ const app = await buildApp({
   config,
   model,
   logger: { level: config.logLevel }
-})
+}).catch(cannotStart)
 if (devModel) {
   app.log.warn(
     { devModelUrl: devModel.url },
@@ -54,4 +62,7 @@ closeWithGrace(
   }
 )
 
-await app.listen({ host: config.host, port: config.port })
+await app.listen({ host: config.host, port: config.port }).catch(async (err: unknown) => {
+  await app.close()
+  cannotStart(err)
+})

@@ -1,7 +1,10 @@
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
 import { ConfigError, EnvSchema, loadConfig } from '../../src/config.ts'
+import { tempDir } from '../helpers/app.ts'
 
 const serverPath = new URL('../../src/server.ts', import.meta.url).pathname
 
@@ -46,6 +49,32 @@ t.test('a non-loopback HOST without API keys is refused', async (t) => {
   const { code, stderr } = await startServer({ HOST: '0.0.0.0' })
   t.equal(code, 1)
   t.match(stderr, /HOST="0.0.0.0" is invalid: without AGENTD_API_KEYS agentd listens only on a loopback address/)
+})
+
+t.test('DATABASE_URL is refused with a clear line while there is no PostgreSQL store', async (t) => {
+  const { code, stderr } = await startServer({ DATABASE_URL: 'postgres://user:secret@127.0.0.1:5432/test' })
+  t.equal(code, 1)
+  t.match(stderr, /DATABASE_URL=\(value hidden\) is invalid: this build has no PostgreSQL store yet/)
+  t.notMatch(stderr, /secret/, 'the URL, which holds a password, is not printed')
+  t.notMatch(stderr, /\n\s+at /, 'no stack trace')
+})
+
+t.test('a port in use or an unusable store stops start-up with one line, no stack trace', async (t) => {
+  const blocker = createServer()
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => blocker.close())
+  const port = String((blocker.address() as { port: number }).port)
+  const busy = await startServer({ PORT: port })
+  t.equal(busy.code, 1)
+  t.match(busy.stderr, /^agentd: cannot start: .*EADDRINUSE/)
+  t.notMatch(busy.stderr, /\n\s+at /)
+  // A store path below a regular file cannot be created.
+  const file = join(tempDir(t), 'a-file')
+  writeFileSync(file, '')
+  const store = await startServer({ AGENTD_DB: join(file, 'agentd.db') })
+  t.equal(store.code, 1)
+  t.match(store.stderr, /^agentd: cannot start: /)
+  t.equal(store.stderr.trim().split('\n').length, 1, 'one line')
 })
 
 t.test('a non-loopback HOST with API keys is accepted', async (t) => {
