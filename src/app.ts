@@ -200,11 +200,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
     openStream(request, reply, stream) {
       this.assertStreamCapacity(request)
+      // A hijacked reply writes its own head: carry over what hooks set (request ID, CORS, security).
+      const headers = reply.getHeaders()
       reply.hijack()
       streamsByKey.set(request.keyId, (streamsByKey.get(request.keyId) ?? 0) + 1)
       const open = openEventStream(reply.raw, store, events, {
         ...stream,
-        headers: { 'x-request-id': request.id },
+        headers,
         ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {}),
         ...(options.sseMaxBufferedBytes ? { maxBufferedBytes: options.sseMaxBufferedBytes } : {}),
         onClose: () => {

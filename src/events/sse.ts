@@ -20,7 +20,8 @@ export interface EventStreamOptions {
   pingIntervalMs?: number
   /** Unsent bytes a reader may fall behind by (besides the kernel's buffers) before it is dropped as too slow. */
   maxBufferedBytes?: number
-  headers?: Record<string, string>
+  /** Headers the reply already carries (request ID, CORS, security); the SSE ones take precedence. */
+  headers?: Record<string, string | number | string[] | undefined>
   /** Called once when the stream has ended, for whatever reason. */
   onClose?: () => void
 }
@@ -87,11 +88,11 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
   })
 
   res.writeHead(200, {
+    ...options.headers,
     'content-type': 'text/event-stream; charset=utf-8',
     'cache-control': 'no-cache, no-transform',
     'x-accel-buffering': 'no',
-    connection: 'keep-alive',
-    ...options.headers
+    connection: 'keep-alive'
   })
   res.write('retry: 2000\n\n')
   const ping = setInterval(() => {

@@ -98,15 +98,6 @@ export const securityPlugin = fp(
       if (path.startsWith('/v1/')) reply.header('cache-control', 'no-store')
       if (hsts) reply.header('strict-transport-security', hsts)
     })
-
-    // An SSE route hijacks the reply and writes its own head, which drops the headers hooks set
-    // with reply.header (CORS, the ones above, rate limit). Putting them on the raw response
-    // keeps them; for every other reply Fastify's own head takes precedence over these.
-    app.addHook('preHandler', async (_request: FastifyRequest, reply: FastifyReply) => {
-      for (const [name, value] of Object.entries(reply.getHeaders())) {
-        if (value !== undefined && !reply.raw.hasHeader(name)) reply.raw.setHeader(name, value)
-      }
-    })
   },
   { name: 'agentd-security' }
 )
