@@ -225,10 +225,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       for (const stream of [...streams.keys()]) stream.end('server shutting down; reconnect with Last-Event-ID')
     }
   } satisfies Services)
-  app.addHook('onClose', async () => {
-    await runs.drain(0)
-    for (const stream of [...streams.keys()]) stream.end('server closing')
-  })
+  // Without a drain first (tests, embedders): runs are interrupted at once.
+  app.addHook('onClose', async () => app.agentd.drain(0))
 
   for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
 

@@ -244,8 +244,7 @@ export class RunExecution {
             usage = part.usage
           }
         }
-        if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
-        if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
+        await this.#closeBlocks(step, text, reasoning)
         return { text: text.value, toolCalls, usage }
       } catch (err) {
         if (this.#signal.aborted) throw err
@@ -258,8 +257,7 @@ export class RunExecution {
           continue
         }
         // Close what was opened so a client's text assembly stays balanced.
-        if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
-        if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
+        await this.#closeBlocks(step, text, reasoning)
         const exhausted = error.classified.retryable && firstTokenSeen === false
         throw new RunFailure({
           ...error.classified,
@@ -273,6 +271,12 @@ export class RunExecution {
   async #endThinking(step: number, reasoning: { ended: boolean; value: string }): Promise<void> {
     reasoning.ended = true
     await this.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+  }
+
+  /** Ends the thinking and text blocks a model call opened (…_chunk_end), at its end or its failure. */
+  async #closeBlocks(step: number, text: { started: boolean; value: string }, reasoning: { started: boolean; ended: boolean; value: string }): Promise<void> {
+    if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
+    if (text.started) await this.emit('progress', 'text_chunk_end', { step, text: text.value })
   }
 
   /** Runs one tool call through approval, the client or the runtime; returns the tool message. */
@@ -291,12 +295,13 @@ export class RunExecution {
     let outcome: { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
     try {
       const tool = this.#hooks.tools.get(call.name)
+      const approval = tool && parsed.ok ? await this.#approve(record) : null
       if (!tool) {
         outcome = { ok: false, error: toolNotFound(call.name, this.#hooks.tools.names) }
       } else if (!parsed.ok) {
         outcome = { ok: false, error: invalidArguments(call.name, parsed.message) }
-      } else if (!(await this.#approve(record))) {
-        outcome = { ok: false, error: deniedByUser(call.name, this.#lastNote) }
+      } else if (approval?.decision === 'deny') {
+        outcome = { ok: false, error: deniedByUser(call.name, approval.note) }
       } else if (tool.kind === 'client') {
         const invalid = tool.check(parsed.value)
         outcome = invalid ? { ok: false, error: invalid } : await this.#awaitClient(record)
@@ -342,21 +347,19 @@ export class RunExecution {
     return message
   }
 
-  #lastNote: string | null = null
-
-  async #approve(record: ToolCallRecord): Promise<boolean> {
+  /** Waits for a person's decision when the session's approval policy covers this call; allows it otherwise. */
+  async #approve(record: ToolCallRecord): Promise<ApprovalDecision> {
     const { approval } = this.#session
     const needed = approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
-    if (!needed) return true
+    if (!needed) return { decision: 'allow', note: null }
     record.state = 'approval_required'
     await this.#deps.store.saveToolCall(record)
     await this.setStatus('awaiting_approval')
     await this.emit('control', 'permission_required', { call: snapshot(record) })
     const { decision, note } = await this.#hooks.waitForApproval(record, this.#signal)
-    this.#lastNote = note
     await this.emit('control', 'permission_decided', { callId: record.id, decision, note })
     await this.setStatus('running')
-    return decision === 'allow'
+    return { decision, note }
   }
 
   async #awaitClient(record: ToolCallRecord): Promise<{ ok: true; result: unknown } | { ok: false; error: ClassifiedError }> {
