@@ -182,13 +182,7 @@ export class SqliteStore implements Store {
   }
 
   async createSession(s: SessionRecord): Promise<void> {
-    return this.#run(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-        approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
-      s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
-      json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
-      s.usage.totalTokens, json(s.forkedFrom)
-    ])
+    return this.#run(INSERT_SESSION, sessionParams(s))
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
@@ -239,15 +233,19 @@ export class SqliteStore implements Store {
     })
   }
 
+  /** The session's newest seq, including this batch's uncommitted events; undefined when there is no such session. */
+  #currentSeq(sessionId: string): number | undefined {
+    const cached = this.#lastSeq.get(sessionId)
+    if (cached !== undefined) return cached
+    const row = this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(sessionId) as Row | undefined
+    return row ? Number(row.last_seq) : undefined
+  }
+
   async appendEvent(event: NewEvent): Promise<EventRecord> {
     const data = JSON.stringify(event.data)
     return this.#write(() => {
-      let last = this.#lastSeq.get(event.sessionId)
-      if (last === undefined) {
-        const row = this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(event.sessionId) as Row | undefined
-        if (!row) throw new Error(`session ${event.sessionId} does not exist`)
-        last = Number(row.last_seq)
-      }
+      const last = this.#currentSeq(event.sessionId)
+      if (last === undefined) throw new Error(`session ${event.sessionId} does not exist`)
       const seq = last + 1
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(
@@ -280,15 +278,12 @@ export class SqliteStore implements Store {
     const toolCalls = json(m.toolCalls)
     return this.#write(() => {
       // at_seq: the session's newest event when the message was stored, which places it for fork.
-      const atSeq = this.#lastSeq.get(m.sessionId) ??
-        Number((this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(m.sessionId) as Row | undefined)?.last_seq ?? 0)
-      this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+      const atSeq = this.#currentSeq(m.sessionId) ?? 0
+      this.#stmt(INSERT_MESSAGE).run(
         m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt
       )
     })
   }
-
 
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
     const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? ORDER BY pos').all(sessionId) as Row[]
@@ -297,20 +292,13 @@ export class SqliteStore implements Store {
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, newMessageId: () => string): Promise<void> {
     return this.#write(() => {
-      this.#stmt(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-          approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
-        target.id, target.tenant, target.createdAt, target.updatedAt, target.status, target.model, target.instructions,
-        json(target.tools), json(target.approval), json(target.limits), json(target.metadata), target.lastSeq,
-        target.usage.inputTokens, target.usage.outputTokens, target.usage.totalTokens, json(target.forkedFrom)
-      )
+      this.#stmt(INSERT_SESSION).run(...sessionParams(target))
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         SELECT ?, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = ? AND seq <= ?`)
         .run(target.id, sourceId, atSeq)
       const messages = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND at_seq <= ? ORDER BY pos')
         .all(sourceId, atSeq) as Row[]
-      const insert = this.#stmt(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+      const insert = this.#stmt(INSERT_MESSAGE)
       for (const row of messages) {
         insert.run(newMessageId(), target.id, row.run_id as string | null, row.role as string, row.content as string | null,
           row.tool_calls as string | null, row.tool_call_id as string | null, Number(row.at_seq), row.created_at as string)
@@ -403,6 +391,22 @@ export class SqliteStore implements Store {
       return Number(this.#stmt('DELETE FROM idempotency WHERE created_at < ?').run(olderThan.toISOString()).changes)
     })
   }
+}
+
+const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
+    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+/** A session as the parameters of INSERT_SESSION. */
+function sessionParams(s: SessionRecord): Param[] {
+  return [
+    s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
+    json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
+    s.usage.totalTokens, json(s.forkedFrom)
+  ]
 }
 
 function toSession(row: Row): SessionRecord {
