@@ -170,7 +170,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     maxSteps: config.maxSteps,
     maxActiveRunsPerTenant: config.limits.activeRunsPerTenant,
     resolveTools: (session) => tools.resolve(session),
-    toolExecutor: (session, requestId) => tools.executor(session, log.child({ reqId: requestId, sessionId: session.id }))
+    toolExecutor: (session, sessionTools, requestId) =>
+      tools.executor(session, sessionTools, log.child({ reqId: requestId, sessionId: session.id }))
   })
   /** Open SSE streams and the session each follows. */
   const streams = new Map<OpenEventStream, string>()

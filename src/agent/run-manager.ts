@@ -23,7 +23,7 @@ export interface RunManagerOptions {
   /** The tools of a session, resolved from its stored selection. */
   resolveTools(session: SessionRecord): Promise<SessionToolSet>
   /** Builds the executor of server-side tools for one session. */
-  toolExecutor(session: SessionRecord, requestId: string): Promise<ExecuteTool>
+  toolExecutor(session: SessionRecord, tools: SessionToolSet, requestId: string): Promise<ExecuteTool>
 }
 
 interface Waiter<T> {
@@ -263,7 +263,7 @@ export class RunManager {
     try {
       const session = (await store.getSession(live.session.tenant, live.session.id)) ?? live.session
       const tools = await this.#options.resolveTools(session)
-      const executeTool = await this.#options.toolExecutor(session, live.record.requestId)
+      const executeTool = await this.#options.toolExecutor(session, tools, live.record.requestId)
       const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps }, {
         tools,
         executeTool,

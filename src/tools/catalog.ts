@@ -95,11 +95,10 @@ export class ToolCatalog {
     return { names: [...byName.keys()], definitions, get: (name) => byName.get(name) }
   }
 
-  /** Executes server-side tool calls of one session in the isolation runtime. */
-  async executor(session: SessionRecord, logger: Logger): Promise<ExecuteTool> {
+  /** Executes the server-side tool calls of one session (its tools as resolve() gave them) in the isolation runtime. */
+  async executor(session: SessionRecord, tools: SessionToolSet, logger: Logger): Promise<ExecuteTool> {
     // Made on the first call that needs it: most runs call no tool.
     let workspace: Promise<string> | undefined
-    const tools = await this.resolve(session)
     const timeoutMs = Math.min(session.limits.toolTimeoutMs ?? this.#config.toolTimeoutMs, this.#config.toolTimeoutMs)
     return async (call, signal, emit) => {
       const entry = tools.get(call.name)
