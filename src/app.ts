@@ -9,7 +9,7 @@ import type { Config } from './config.ts'
 import { EventLog } from './events/event-log.ts'
 import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
-import { ApiError, errorEnvelopePlugin, sendApiError } from './http/errors.ts'
+import { ApiError, errorEnvelopePlugin, sendApiError, validationError } from './http/errors.ts'
 import { idempotencyPlugin } from './http/idempotency.ts'
 import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
@@ -146,7 +146,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
       const message = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path parameter is too long' : 'The URL is malformed'
-      return sendApiError(reply, new ApiError('VALIDATION_ERROR', message, { fields: [{ field: 'url', message, keyword: 'url' }] }))
+      return sendApiError(reply, validationError([{ field: 'url', message, keyword: 'url' }], message))
     }
   }).withTypeProvider<TypeBoxTypeProvider>()
 

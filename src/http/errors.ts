@@ -47,6 +47,20 @@ export class ApiError extends Error {
   }
 }
 
+/** One failing field of a request, as `details.fields` of a VALIDATION_ERROR lists it. */
+export interface FieldProblem {
+  /** Where: `body.limits.maxSteps`, `querystring.cursor`, `headers.idempotency-key` … */
+  field: string
+  message: string
+  /** The rule that failed (JSON Schema keyword, or the service's own: `maximum`, `tools` …). */
+  keyword: string
+}
+
+/** A 400 VALIDATION_ERROR listing each failing field; the message names them unless given. */
+export function validationError(fields: FieldProblem[], message?: string): ApiError {
+  return new ApiError('VALIDATION_ERROR', message ?? `Invalid request: ${fields.map((f) => `${f.field} ${f.message}`).join('; ')}`, { fields })
+}
+
 /** Shorthand for `new ApiError(...)`. */
 export const apiError = (code: ApiErrorCode, message?: string, details?: Record<string, unknown>) =>
   new ApiError(code, message, details)
@@ -81,7 +95,7 @@ function toApiError(err: FastifyError): ApiError {
       const path = `${err.validationContext ?? 'body'}${issue.instancePath}${missing}`.replace(/\//g, '.')
       return { field: path, message: issue.message ?? 'is invalid', keyword: issue.keyword }
     })
-    return new ApiError('VALIDATION_ERROR', `Invalid request: ${fields.map((f) => `${f.field} ${f.message}`).join('; ')}`, { fields })
+    return validationError(fields)
   }
   // The store was closed under a request (shutdown) or cannot be reached: retry elsewhere or later.
   if (err.code === 'STORE_CLOSED') return new ApiError('UNAVAILABLE', 'The store is unavailable')

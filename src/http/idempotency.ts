@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Store } from '../store/store.ts'
-import { ApiError } from './errors.ts'
+import { ApiError, validationError } from './errors.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -54,9 +54,8 @@ export const idempotencyPlugin = fp(
       const key = request.headers['idempotency-key']
       if (key === undefined) return
       if (typeof key !== 'string' || !KEY.test(key)) {
-        throw new ApiError('VALIDATION_ERROR', 'Idempotency-Key must be 1 to 255 visible ASCII characters', {
-          fields: [{ field: 'headers.idempotency-key', message: 'must be 1 to 255 visible ASCII characters', keyword: 'pattern' }]
-        })
+        throw validationError([{ field: 'headers.idempotency-key', message: 'must be 1 to 255 visible ASCII characters', keyword: 'pattern' }],
+          'Idempotency-Key must be 1 to 255 visible ASCII characters')
       }
       const fingerprint = createHash('sha256')
         .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null]))

@@ -1,7 +1,7 @@
 import cors from '@fastify/cors'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError } from './errors.ts'
+import { validationError } from './errors.ts'
 
 export interface SecurityOptions {
   /** Browser origins CORS allows ('*' for any); empty leaves CORS off. */
@@ -79,9 +79,7 @@ export const securityPlugin = fp(
     app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
       if (jsonDepth(body as string, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
         const message = `nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`
-        done(new ApiError('VALIDATION_ERROR', `Invalid request: body ${message}`, {
-          fields: [{ field: 'body', message, keyword: 'maxDepth' }]
-        }), undefined)
+        done(validationError([{ field: 'body', message, keyword: 'maxDepth' }]), undefined)
         return
       }
       parseJson(request, body as string, done)

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { apiError } from '../http/errors.ts'
+import { apiError, validationError } from '../http/errors.ts'
 import { toModelToolResult } from '../agent/classify.ts'
 import { toolMessage, unansweredCalls, unfinishedCallError } from '../agent/run-execution.ts'
 import { newId } from '../ids.ts'
@@ -34,9 +34,8 @@ const encodeCursor = (id: string) => Buffer.from(id, 'utf8').toString('base64url
 function decodeCursor(cursor: string): string {
   const id = Buffer.from(cursor, 'base64url').toString('utf8')
   if (!/^ses_[0-9A-Z]{26}$/.test(id) || encodeCursor(id) !== cursor) {
-    throw apiError('VALIDATION_ERROR', 'cursor is not a nextCursor this API returned', {
-      fields: [{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }]
-    })
+    throw validationError([{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }],
+      'cursor is not a nextCursor this API returned')
   }
   return id
 }
@@ -68,16 +67,14 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       [['maxSteps', config.maxSteps], ['toolTimeoutMs', config.toolTimeoutMs]] as const
     ).filter(([name, max]) => (limits[name] ?? 0) > max)
     if (over.length > 0) {
-      throw apiError('VALIDATION_ERROR', 'limits may only lower the server limits', {
-        fields: over.map(([name, max]) => ({ field: `body.limits.${name}`, message: `must be <= ${max}`, keyword: 'maximum' }))
-      })
+      throw validationError(over.map(([name, max]) => ({ field: `body.limits.${name}`, message: `must be <= ${max}`, keyword: 'maximum' })),
+        'limits may only lower the server limits')
     }
     await assertSessionCapacity(request.tenant)
     const tools = await app.agentd.tools.validateSelection(body.tools).catch((err: unknown) => {
       if (!(err instanceof ToolSelectionError)) throw err
-      throw apiError('VALIDATION_ERROR', `Invalid tools: ${err.message}`, {
-        fields: err.problems.map((p) => ({ field: `body.${p.field}`, message: p.message, keyword: 'tools' }))
-      })
+      throw validationError(err.problems.map((p) => ({ field: `body.${p.field}`, message: p.message, keyword: 'tools' })),
+        `Invalid tools: ${err.message}`)
     })
     const now = new Date().toISOString()
     const record: SessionRecord = {
@@ -149,9 +146,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     await assertSessionCapacity(request.tenant)
     const atSeq = request.body?.atSeq ?? source.lastSeq
     if (atSeq > source.lastSeq) {
-      throw apiError('VALIDATION_ERROR', `atSeq ${atSeq} is past the session's last event (${source.lastSeq})`, {
-        fields: [{ field: 'body.atSeq', message: `must be <= ${source.lastSeq}`, keyword: 'maximum' }]
-      })
+      throw validationError([{ field: 'body.atSeq', message: `must be <= ${source.lastSeq}`, keyword: 'maximum' }],
+        `atSeq ${atSeq} is past the session's last event (${source.lastSeq})`)
     }
     const now = new Date().toISOString()
     const fork: SessionRecord = {
