@@ -15,8 +15,6 @@ const SseSchema = Type.String({ description: 'Server-Sent Events: id, event and 
 export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { store, runs } = app.agentd
 
-  const sessionOf = (tenant: string, id: string) => sessionOr404(store, tenant, id)
-
   app.post('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
@@ -34,7 +32,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
     }
   }, async (request, reply) => {
-    const session = await sessionOf(request.tenant, request.params.id)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     const streaming = wantsEventStream(request.headers.accept)
     // Refuse before the run exists: a 429 must not leave a run the client cannot watch.
     if (streaming) app.agentd.assertStreamCapacity(request)
@@ -64,7 +62,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: MessageListSchema, ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
-    const session = await sessionOf(request.tenant, request.params.id)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     return { data: (await store.listMessages(session.id)).map(toMessageView) }
   })
 
@@ -76,7 +74,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ref(RunSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
-    const session = await sessionOf(request.tenant, request.params.id)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     const run = await store.getRun(session.id, request.params.runId)
     if (!run) throw apiError('RUN_NOT_FOUND', `No run ${request.params.runId} in session ${session.id}`)
     return toRunView(run)
@@ -90,7 +88,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 202: ref(RunSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
     }
   }, async (request, reply) => {
-    const session = await sessionOf(request.tenant, request.params.id)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     const run = await runs.interrupt(session.id)
     return reply.status(202).send(toRunView((await store.getRun(session.id, run.id)) ?? run))
   })
@@ -104,7 +102,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: AckSchema, ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
     }
   }, async (request) => {
-    const session = await sessionOf(request.tenant, request.params.id)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     runs.decide(session.id, request.params.callId, { decision: request.body.decision, note: request.body.note ?? null })
     return { callId: request.params.callId, accepted: true as const }
   })
@@ -118,7 +116,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: AckSchema, ...errorResponses(400, 401, 404, 409, 413, 422, 429, 500, 503) }
     }
   }, async (request) => {
-    const session = await sessionOf(request.tenant, request.params.id)
+    const session = await sessionOr404(store, request.tenant, request.params.id)
     const body = request.body as { output?: unknown; error?: string }
     runs.submitToolResult(session.id, request.params.callId, 'error' in body ? { error: String(body.error) } : { output: body.output })
     return { callId: request.params.callId, accepted: true as const }
