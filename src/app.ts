@@ -4,8 +4,11 @@ import type { Logger } from 'pino'
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
+import { LocalRunCoordinator } from './agent/local-run-coordinator.ts'
+import type { RunCoordinator } from './agent/run-coordinator.ts'
 import { RunManager } from './agent/run-manager.ts'
 import type { Config } from './config.ts'
+import { LocalEventBus, type EventBus } from './events/event-bus.ts'
 import { EventLog } from './events/event-log.ts'
 import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
@@ -47,7 +50,12 @@ export interface Services {
   model: ModelProvider
   tools: ToolCatalog
   state: ServiceState
+  /** Where units of work are committed and their events published. */
   events: EventLog
+  /** Live fan-out of committed events (SSE, metrics, waiting for a run). */
+  bus: EventBus
+  /** Who runs what: queues, ownership and control signals of runs. */
+  coordinator: RunCoordinator
   runs: RunManager
   /** Throws 429 LIMIT_EXCEEDED when the caller's key has as many open streams as it may. */
   assertStreamCapacity(request: FastifyRequest): void
@@ -159,11 +167,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const rawStore = options.store ?? (await openStore(config))
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
-  const events = new EventLog(store)
+  const bus: EventBus = new LocalEventBus()
+  const events = new EventLog(store, bus)
+  const coordinator: RunCoordinator = new LocalRunCoordinator({ store, bus })
+  app.addHook('onClose', async () => {
+    await coordinator.close()
+    await bus.close()
+  })
   const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, ...options.tools })
   const runs = new RunManager({
     store,
     events,
+    coordinator,
     model: options.model,
     logger: log,
     retryPolicy: { ...defaultRetryPolicy, ...options.retryPolicy, maxRetries: options.retryPolicy?.maxRetries ?? config.modelMaxRetries },
@@ -184,6 +199,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     tools,
     state,
     events,
+    bus,
+    coordinator,
     runs,
     get streamCount() {
       return streams.size
@@ -205,7 +222,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const headers = reply.getHeaders()
       reply.hijack()
       streamsByKey.set(request.keyId, (streamsByKey.get(request.keyId) ?? 0) + 1)
-      const open = openEventStream(reply.raw, store, events, {
+      const open = openEventStream(reply.raw, store, bus, {
         ...stream,
         headers,
         ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {}),
@@ -226,6 +243,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       for (const stream of [...streams.keys()]) stream.end('server shutting down; reconnect with Last-Event-ID')
     }
   } satisfies Services)
+  // A deleted session's streams end on every process that serves one.
+  bus.onSessionEnded((sessionId, reason) => app.agentd.endSessionStreams(sessionId, reason))
   // Without a drain first (tests, embedders): runs are interrupted at once.
   app.addHook('onClose', async () => app.agentd.drain(0))
 

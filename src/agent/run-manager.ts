@@ -5,15 +5,18 @@ import type { ModelProvider } from '../model/types.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
+import { abandonAfterRestart } from './recovery.ts'
 import type { RetryPolicy } from './retry.ts'
-import { RunExecution, type ApprovalDecision, type ClientToolResult, type ExecuteTool } from './run-execution.ts'
+import type { ApprovalDecision, CallSignal, ClientToolResult, OnBusy, RunCoordinator } from './run-coordinator.ts'
+import { RunExecution, type ExecuteTool, type RunDependencies } from './run-execution.ts'
 import type { SessionToolSet } from './tool-set.ts'
 
-export type OnBusy = 'reject' | 'enqueue' | 'interrupt'
+export type { OnBusy } from './run-coordinator.ts'
 
 export interface RunManagerOptions {
   store: Store
   events: EventLog
+  coordinator: RunCoordinator
   model: ModelProvider
   logger: Logger
   retryPolicy: RetryPolicy
@@ -26,64 +29,44 @@ export interface RunManagerOptions {
   toolExecutor(session: SessionRecord, tools: SessionToolSet, requestId: string): Promise<ExecuteTool>
 }
 
-interface Waiter<T> {
+/** A call of a run waiting on a person (approval) or a client (tool result). */
+interface Waiting {
   callId: string
-  resolve(value: T): void
+  kind: CallSignal['kind']
+  resolve(signal: CallSignal): void
 }
 
-/** A run in memory: queued or executing, with what it is waiting for. */
-interface LiveRun {
-  record: RunRecord
-  session: SessionRecord
+/** A run this process executes. */
+interface Execution {
   controller: AbortController
-  /** Settles when the run has ended (any final status). */
+  waiting: Waiting | null
   finished: Promise<RunRecord>
-  settle(run: RunRecord): void
-  approval: Waiter<ApprovalDecision> | null
-  toolResult: Waiter<ClientToolResult> | null
-}
-
-interface SessionRuns {
-  active: LiveRun | null
-  queue: LiveRun[]
-  /** Submissions past the busy check whose run is still being stored: they count as busy. */
-  reserved: number
 }
 
 /**
- * Owns every run of this process: one active run per session, a FIFO of queued ones, and the
- * approvals and client tool results they wait for. Routes call it; it never touches HTTP.
+ * Executes runs: takes what the RunCoordinator says this process should run, drives each
+ * through a RunExecution with its tools, and turns control signals (cancel, an approval, a
+ * client result) into aborts and answers for the call that waits. Routes call it; it never
+ * touches HTTP, and it keeps no state that another process would need.
  */
 export class RunManager {
   readonly #options: RunManagerOptions
-  readonly #sessions = new Map<string, SessionRuns>()
-  readonly #byId = new Map<string, LiveRun>()
+  readonly #executions = new Map<string, Execution>()
+  readonly #stopListening: () => void
 
   constructor(options: RunManagerOptions) {
     this.#options = options
+    this.#stopListening = options.coordinator.onQueued((sessionId) => this.#pump(sessionId))
   }
 
-  /** Number of runs that are queued or executing. */
+  /** Number of runs this process is executing. */
   get activeCount(): number {
-    return this.#byId.size
+    return this.#executions.size
   }
 
-  /** Stores a user message as a new run and starts it (or queues it, per onBusy). */
+  /** Accepts a user message as a new run (per onBusy), which starts when its session is free. */
   async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string }): Promise<{ message: MessageRecord; run: RunRecord }> {
     const { session } = input
-    const runs = this.#runsOf(session.id)
-    const busy = runs.active !== null || runs.queue.length > 0 || runs.reserved > 0
-    if (busy && input.onBusy === 'reject') {
-      throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
-        activeRunId: runs.active?.record.id ?? runs.queue[0]?.record.id
-      })
-    }
-    const tenantRuns = [...this.#byId.values()].filter((live) => live.session.tenant === session.tenant).length
-    if (tenantRuns >= this.#options.maxActiveRunsPerTenant) {
-      throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${tenantRuns} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
-        limit: 'activeRunsPerTenant', max: this.#options.maxActiveRunsPerTenant
-      })
-    }
     const createdAt = new Date().toISOString()
     const message: MessageRecord = {
       id: newId('msg'), sessionId: session.id, runId: null, role: 'user', content: input.content, createdAt
@@ -93,43 +76,35 @@ export class RunManager {
       error: null, messageId: message.id, input: input.content, createdAt, startedAt: null, endedAt: null
     }
     message.runId = record.id
-    // Hold the session's place while the run is stored, so that neither a concurrent submit
-    // nor the end of the active run (which forgets an idle session) slips in meanwhile.
-    runs.reserved++
-    try {
-      await this.#options.store.createRun(record)
-    } catch (err) {
-      runs.reserved--
-      this.#pump(session.id)
-      throw err
-    }
-    runs.reserved--
-    const live = this.#track(session, record)
-    if (busy && input.onBusy === 'interrupt') {
-      runs.queue.unshift(live)
-      if (runs.active) runs.active.controller.abort()
-    } else {
-      runs.queue.push(live)
-    }
-    this.#pump(session.id)
-    return { message, run: { ...record } }
+    const cancellation = await this.#options.coordinator.admit(session, { ...record }, input.onBusy, this.#options.maxActiveRunsPerTenant)
+      .catch(async (err: unknown) => {
+        // Deleted between the route's lookup and the run's insert: the session is gone, not broken.
+        if (!(err instanceof AgentError) && !(await this.#options.store.getSessionById(session.id).catch(() => null))) {
+          throw new AgentError('SESSION_NOT_FOUND', `No session ${session.id}`)
+        }
+        throw err
+      })
+    for (const queued of cancellation.dequeued) await this.#endQueued(queued)
+    return { message, run: record }
   }
 
-  /** Resolves with the run once it has ended. */
-  async waitFor(runId: string): Promise<RunRecord | null> {
-    const live = this.#byId.get(runId)
-    return live ? live.finished : null
+  /** Resolves with the run once it has ended (or paused, with untilPause); null when it is gone. */
+  waitFor(sessionId: string, runId: string, options: { untilPause?: boolean } = {}): Promise<RunRecord | null> {
+    const waiting = this.#options.coordinator.waitFor(sessionId, runId, options)
+    // A run executing here also ends here: that answers even when the store could not record its end.
+    const local = this.#executions.get(runId)
+    return local ? Promise.race([waiting, local.finished]) : waiting
   }
 
   /**
-   * After a restart: every run the previous process left unfinished is either queued again (it
-   * never started) or ended as failed with a run_recovered event and its open calls sealed.
+   * Runs whose owner is gone (a restart, or a peer that died): one that never started is queued
+   * again; one that had started is ended as failed with run_recovered and its open calls sealed.
    */
   async recover(): Promise<{ requeued: number; failed: number }> {
-    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
+    const { store, events, logger, coordinator } = this.#options
     let requeued = 0
     let failed = 0
-    for (const run of await store.listUnfinishedRuns()) {
+    for (const run of await coordinator.orphans()) {
       const session = await store.getSessionById(run.sessionId)
       if (!session) continue
       if (run.status === 'queued') {
@@ -137,171 +112,165 @@ export class RunManager {
           sessionId: session.id, runId: run.id, channel: 'monitor', type: 'run_recovered', at: new Date().toISOString(),
           requestId: run.requestId, data: { runId: run.id, previousStatus: 'queued', sealedCalls: [] }
         })
-        this.#runsOf(session.id).queue.push(this.#track(session, run))
-        this.#pump(session.id)
+        await coordinator.requeue(session, run)
         requeued++
         continue
       }
-      const execution = RunExecution.forRecovery(session, run, { store, events, model, retryPolicy, logger, maxSteps })
-      await execution.abandonAfterRestart()
+      await abandonAfterRestart(session, run, this.#dependencies())
       failed++
     }
-    if (requeued + failed > 0) logger.warn({ requeued, failed }, 'recovered runs left unfinished by the previous process')
+    if (requeued + failed > 0) logger.warn({ requeued, failed }, 'recovered runs left unfinished by their owner')
     return { requeued, failed }
   }
 
-  /** Cancels the active run of the session; resolves with it once it has stopped. */
+  /** Cancels the session's active (or else first queued) run; resolves with it once it has stopped. */
   async interrupt(sessionId: string): Promise<RunRecord> {
-    const runs = this.#sessions.get(sessionId)
-    const live = runs?.active ?? runs?.queue[0]
-    if (!runs || !live) throw new AgentError('NO_ACTIVE_RUN', `Session ${sessionId} has no active run`)
-    if (runs.active === live) {
-      live.controller.abort()
-      return live.finished
-    }
-    return this.#cancelQueued(runs, live)
-  }
-
-  /** Cancels everything the session has running or queued (session deletion, shutdown). */
-  async cancelSession(sessionId: string): Promise<void> {
-    const runs = this.#sessions.get(sessionId)
-    if (!runs) return
-    for (const queued of [...runs.queue]) await this.#cancelQueued(runs, queued)
-    if (runs.active) {
-      runs.active.controller.abort()
-      await runs.active.finished
-    }
-  }
-
-  /** Records an approval decision for a call waiting on one. */
-  decide(sessionId: string, callId: string, decision: ApprovalDecision): void {
-    const waiting = this.#sessions.get(sessionId)?.active?.approval
-    if (!waiting || waiting.callId !== callId) {
-      throw new AgentError('NOT_AWAITING', `Call ${callId} is not waiting for an approval`, { callId })
-    }
-    waiting.resolve(decision)
-  }
-
-  /** Delivers the result of a client-side tool call the run is waiting on. */
-  submitToolResult(sessionId: string, callId: string, result: ClientToolResult): void {
-    const waiting = this.#sessions.get(sessionId)?.active?.toolResult
-    if (!waiting || waiting.callId !== callId) {
-      throw new AgentError('NOT_AWAITING', `Call ${callId} is not waiting for a client tool result`, { callId })
-    }
-    waiting.resolve(result)
-  }
-
-  /** Gives active runs up to graceMs to end, then interrupts them; resolves when all have stopped. */
-  async drain(graceMs: number): Promise<void> {
-    for (const runs of this.#sessions.values()) {
-      for (const queued of [...runs.queue]) await this.#cancelQueued(runs, queued)
-    }
-    const all = () => [...this.#byId.values()].map((live) => live.finished)
-    const timer = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), graceMs).unref())
-    if ((await Promise.race([Promise.all(all()), timer])) === 'timeout') {
-      for (const live of this.#byId.values()) live.controller.abort()
-      await Promise.all(all())
-    }
-  }
-
-  #runsOf(sessionId: string): SessionRuns {
-    let runs = this.#sessions.get(sessionId)
-    if (!runs) {
-      runs = { active: null, queue: [], reserved: 0 }
-      this.#sessions.set(sessionId, runs)
-    }
-    return runs
-  }
-
-  #track(session: SessionRecord, record: RunRecord): LiveRun {
-    let settle: (run: RunRecord) => void = () => {}
-    const finished = new Promise<RunRecord>((resolve) => (settle = resolve))
-    const live: LiveRun = { record, session, controller: new AbortController(), finished, settle, approval: null, toolResult: null }
-    this.#byId.set(record.id, live)
-    return live
-  }
-
-  async #cancelQueued(runs: SessionRuns, live: LiveRun): Promise<RunRecord> {
-    runs.queue.splice(runs.queue.indexOf(live), 1)
-    const endedAt = new Date().toISOString()
-    const run = { ...live.record, status: 'cancelled' as const, endedAt }
-    try {
-      await this.#options.store.updateRun(run.id, { status: 'cancelled', endedAt })
-      await this.#options.events.append({
-        sessionId: run.sessionId, runId: run.id, channel: 'progress', type: 'done', at: endedAt, requestId: run.requestId,
-        data: { step: 0, reason: 'interrupted', runId: run.id }
-      })
-    } catch (err) {
-      this.#options.logger.error({ err, runId: run.id }, 'could not record a cancelled queued run')
-    }
-    this.#byId.delete(run.id)
-    live.settle(run)
+    const { dequeued, signalled } = await this.#options.coordinator.cancel(sessionId, { onlyFirst: true })
+    const [queued] = dequeued
+    if (queued) return this.#endQueued(queued)
+    const [runId] = signalled
+    if (!runId) throw new AgentError('NO_ACTIVE_RUN', `Session ${sessionId} has no active run`)
+    const run = await this.waitFor(sessionId, runId)
+    if (!run) throw new AgentError('NO_ACTIVE_RUN', `Session ${sessionId} has no active run`)
     return run
   }
 
-  /** Starts the next queued run of the session when none is active. */
-  #pump(sessionId: string): void {
-    const runs = this.#sessions.get(sessionId)
-    if (!runs || runs.active) return
-    const next = runs.queue.shift()
-    if (!next) {
-      if (runs.reserved === 0) this.#sessions.delete(sessionId)
-      return
+  /** Cancels everything the session has running or queued (session deletion); resolves once all have stopped. */
+  async cancelSession(sessionId: string): Promise<void> {
+    const { dequeued, signalled } = await this.#options.coordinator.cancel(sessionId)
+    for (const queued of dequeued) await this.#endQueued(queued)
+    await Promise.all(signalled.map((runId) => this.waitFor(sessionId, runId)))
+  }
+
+  /** Hands an approval decision to the run waiting on that call (on whichever process runs it). */
+  async decide(sessionId: string, callId: string, decision: ApprovalDecision): Promise<void> {
+    await this.#options.coordinator.deliver(sessionId, callId, { kind: 'approval', decision })
+  }
+
+  /** Hands the result of a client-side tool call to the run waiting on it. */
+  async submitToolResult(sessionId: string, callId: string, result: ClientToolResult): Promise<void> {
+    await this.#options.coordinator.deliver(sessionId, callId, { kind: 'toolResult', result })
+  }
+
+  /** Ends the queued runs this process must, gives its running ones up to graceMs, then interrupts them. */
+  async drain(graceMs: number): Promise<void> {
+    for (const queued of await this.#options.coordinator.drainQueued()) await this.#endQueued(queued)
+    const all = () => [...this.#executions.values()].map((execution) => execution.finished)
+    const timer = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), graceMs).unref())
+    if ((await Promise.race([Promise.all(all()), timer])) === 'timeout') {
+      for (const execution of this.#executions.values()) execution.controller.abort()
+      await Promise.all(all())
     }
-    runs.active = next
-    void this.#execute(next).finally(() => {
-      runs.active = null
-      this.#byId.delete(next.record.id)
-      this.#pump(sessionId)
+    this.#stopListening()
+  }
+
+  #dependencies(): RunDependencies {
+    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
+    return { store, events, model, logger, retryPolicy, maxSteps }
+  }
+
+  /** Records a run that never started as cancelled (done: interrupted). */
+  async #endQueued(run: RunRecord): Promise<RunRecord> {
+    const endedAt = new Date().toISOString()
+    const ended: RunRecord = { ...run, status: 'cancelled', endedAt }
+    try {
+      await this.#options.events.commit(run.sessionId, [
+        { type: 'run', id: run.id, patch: { status: 'cancelled', endedAt } },
+        {
+          type: 'event',
+          event: {
+            sessionId: run.sessionId, runId: run.id, channel: 'progress', type: 'done', at: endedAt, requestId: run.requestId,
+            data: { step: 0, reason: 'interrupted', runId: run.id }
+          }
+        }
+      ])
+    } catch (err) {
+      // The session may be gone (deleted meanwhile): nothing is left to record.
+      if (await this.#options.store.getSessionById(run.sessionId).catch(() => null)) {
+        this.#options.logger.error({ err, runId: run.id }, 'could not record a cancelled queued run')
+      }
+    }
+    return ended
+  }
+
+  /** Starts the session's next run if this process may claim it. */
+  #pump(sessionId: string): void {
+    void this.#options.coordinator.claimNext(sessionId).then((run) => {
+      if (run) this.#start(run)
+    }, (err: unknown) => this.#options.logger.error({ err, sessionId }, 'could not claim the next run'))
+  }
+
+  #start(record: RunRecord): void {
+    const { coordinator } = this.#options
+    let settle: (run: RunRecord) => void = () => {}
+    const execution: Execution = {
+      controller: new AbortController(),
+      waiting: null,
+      finished: new Promise<RunRecord>((resolve) => (settle = resolve))
+    }
+    this.#executions.set(record.id, execution)
+    const detach = coordinator.attach(record.id, {
+      cancel: () => execution.controller.abort(),
+      signal: (callId, signal) => {
+        const waiting = execution.waiting
+        if (!waiting || waiting.callId !== callId || waiting.kind !== signal.kind) return false
+        waiting.resolve(signal)
+        return true
+      }
+    })
+    void this.#execute(record, execution).then(async (run) => {
+      detach()
+      this.#executions.delete(record.id)
+      await coordinator.release(record).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
+      settle(run)
     })
   }
 
-  async #execute(live: LiveRun): Promise<void> {
-    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
-    const signal = live.controller.signal
-    let run: RunRecord = live.record
+  async #execute(record: RunRecord, execution: Execution): Promise<RunRecord> {
+    const { store, logger } = this.#options
+    const signal = execution.controller.signal
     try {
-      const session = (await store.getSession(live.session.tenant, live.session.id)) ?? live.session
+      const session = await store.getSessionById(record.sessionId)
+      // Deleted while it was queued: nothing to run and nothing to record.
+      if (!session) return { ...record, status: 'cancelled', endedAt: new Date().toISOString() }
       const tools = await this.#options.resolveTools(session)
-      const executeTool = await this.#options.toolExecutor(session, tools, live.record.requestId)
-      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps }, {
+      const executeTool = await this.#options.toolExecutor(session, tools, record.requestId)
+      const run = new RunExecution(session, record, this.#dependencies(), {
         tools,
         executeTool,
-        waitForApproval: (call, s) => this.#wait(live, 'approval', call, s),
-        waitForToolResult: (call, s) => this.#wait(live, 'toolResult', call, s)
+        waitForApproval: async (call, s) => {
+          const answer = await this.#wait(execution, 'approval', call, s)
+          return (answer as Extract<CallSignal, { kind: 'approval' }>).decision
+        },
+        waitForToolResult: async (call, s) => {
+          const answer = await this.#wait(execution, 'toolResult', call, s)
+          return (answer as Extract<CallSignal, { kind: 'toolResult' }>).result
+        }
       }, signal)
-      run = await execution.execute()
+      return await run.execute()
     } catch (err) {
-      logger.error({ err, runId: live.record.id }, 'run could not start')
-      run = { ...live.record, status: 'failed', endedAt: new Date().toISOString() }
-    } finally {
-      live.settle({ ...run })
+      logger.error({ err, runId: record.id }, 'run could not start')
+      return { ...record, status: 'failed', endedAt: new Date().toISOString() }
     }
   }
 
-  #wait<K extends 'approval' | 'toolResult'>(
-    live: LiveRun,
-    kind: K,
-    call: ToolCallRecord,
-    signal: AbortSignal
-  ): Promise<K extends 'approval' ? ApprovalDecision : ClientToolResult> {
-    type Value = K extends 'approval' ? ApprovalDecision : ClientToolResult
-    return new Promise<Value>((resolve, reject) => {
+  #wait(execution: Execution, kind: CallSignal['kind'], call: ToolCallRecord, signal: AbortSignal): Promise<CallSignal> {
+    return new Promise<CallSignal>((resolve, reject) => {
       const onAbort = () => {
-        live[kind] = null
+        execution.waiting = null
         reject(signal.reason ?? new Error('interrupted'))
       }
       if (signal.aborted) return onAbort()
       signal.addEventListener('abort', onAbort, { once: true })
-      const waiter: Waiter<Value> = {
+      execution.waiting = {
         callId: call.id,
+        kind,
         resolve: (value) => {
-          live[kind] = null
+          execution.waiting = null
           signal.removeEventListener('abort', onAbort)
           resolve(value)
         }
       }
-      ;(live as unknown as Record<K, Waiter<Value> | null>)[kind] = waiter
     })
   }
 }

@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http'
 import type { EventRecord, EventChannel, Store } from '../store/store.ts'
-import type { EventLog } from './event-log.ts'
+import type { EventBus } from './event-bus.ts'
 
 /** The one SSE encoder: `id`, `event`, `data` (the event as one JSON line), blank line. */
 export function encodeEvent(event: EventRecord): string {
@@ -40,7 +40,7 @@ const REPLAY_PAGE = 500
  * A reader that falls more than maxBufferedBytes behind is disconnected; it resumes with
  * Last-Event-ID from the last event it received.
  */
-export function openEventStream(res: ServerResponse, store: Store, log: EventLog, options: EventStreamOptions): OpenEventStream {
+export function openEventStream(res: ServerResponse, store: Store, bus: Pick<EventBus, 'subscribe'>, options: EventStreamOptions): OpenEventStream {
   const pingIntervalMs = options.pingIntervalMs ?? 15_000
   const maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
   const channels = options.channels?.length ? new Set(options.channels) : null
@@ -82,7 +82,7 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
     if (options.untilDone && event.type === 'done') finish()
   }
 
-  const unsubscribe = log.subscribe(options.sessionId, (event) => {
+  const unsubscribe = bus.subscribe(options.sessionId, (event) => {
     if (replaying) pending.push(event)
     else write(event)
   })

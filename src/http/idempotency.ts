@@ -23,10 +23,17 @@ const KEY = /^[\x21-\x7e]{1,255}$/
 const NOT_KEPT = (status: number) => status >= 500 || status === 409 || status === 429
 
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
+/**
+ * How long an in-progress claim holds without renewal. Its holder renews it while it works, so a
+ * claim outlives its holder (a crash, kill -9) by at most this long: then a retry may take it.
+ */
+export const IDEMPOTENCY_LEASE_MS = 30_000
 
 export interface IdempotencyOptions {
   store: Store
   retentionMs?: number
+  /** How long an in-progress claim holds without renewal (tests shorten it). */
+  leaseMs?: number
   /** Streams a run's events again for the replay of an SSE answer. */
   replayStream(request: FastifyRequest, reply: FastifyReply, answer: StreamedAnswer): void
 }
@@ -40,6 +47,10 @@ export const idempotencyPlugin = fp(
   async (app: FastifyInstance, opts: IdempotencyOptions) => {
     const { store } = opts
     const retentionMs = opts.retentionMs ?? IDEMPOTENCY_RETENTION_MS
+    const leaseMs = opts.leaseMs ?? IDEMPOTENCY_LEASE_MS
+    const renewals = new WeakMap<FastifyRequest, NodeJS.Timeout>()
+    // However the request ended, its claim stops being renewed (an unfinished one then lapses).
+    app.addHook('onResponse', async (request) => clearInterval(renewals.get(request)))
     app.decorateRequest('idempotency', null)
 
     const purge = () =>
@@ -61,7 +72,10 @@ export const idempotencyPlugin = fp(
         .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null]))
         .digest('hex')
       const tenant = request.tenant
-      const outcome = await store.claimIdempotency({ tenant, key, fingerprint, createdAt: new Date().toISOString() })
+      const claimedAt = Date.now()
+      const outcome = await store.claimIdempotency({
+        tenant, key, fingerprint, createdAt: new Date(claimedAt).toISOString(), leaseUntil: new Date(claimedAt + leaseMs).toISOString()
+      })
       if (outcome.state === 'in_progress') throw new ApiError('IDEMPOTENCY_IN_PROGRESS')
       if (outcome.state === 'mismatch') throw new ApiError('IDEMPOTENCY_KEY_REUSED')
       if (outcome.state === 'completed') {
@@ -78,11 +92,18 @@ export const idempotencyPlugin = fp(
         return reply.status(outcome.status).send(body)
       }
       let settled = false
+      const renewal = setInterval(() => {
+        store.renewIdempotency(tenant, key, new Date(Date.now() + leaseMs).toISOString())
+          .catch((err: unknown) => request.log.warn({ err }, 'could not renew an idempotency claim'))
+      }, Math.max(10, Math.floor(leaseMs / 3)))
+      renewal.unref()
+      renewals.set(request, renewal)
       request.idempotency = {
         key,
         complete: async (status, body) => {
           if (settled) return
           settled = true
+          clearInterval(renewal)
           if (NOT_KEPT(status)) await store.releaseIdempotency(tenant, key)
           else await store.completeIdempotency(tenant, key, { status, body })
         }

@@ -26,7 +26,7 @@ export const metricsPlugin = fp(
     const registry = new Registry()
     collectDefaultMetrics({ register: registry, prefix: 'agentd_' })
     const registers = [registry]
-    const { runs, events } = app.agentd
+    const { runs, bus } = app.agentd
 
     const runsTotal = new Counter({
       name: 'agentd_runs_total', help: 'Runs that ended, by final status', labelNames: ['status'], registers
@@ -87,7 +87,7 @@ export const metricsPlugin = fp(
           break
       }
     }
-    const unsubscribe = events.subscribeAll(record)
+    const unsubscribe = bus.subscribeAll(record)
 
     // SSE responses are hijacked and last until the client leaves, so their duration is not a
     // latency; they are left out of the histogram (agentd_sse_connections counts them instead).

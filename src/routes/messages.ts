@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { apiError } from '../http/errors.ts'
+import { snapshot } from '../agent/tool-call.ts'
+import { ApiError, apiError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import {
   AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, MessageListSchema, PostMessageBodySchema,
@@ -46,10 +47,23 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return reply
     }
     if (request.query.wait) {
-      const finished = (await runs.waitFor(run.id)) ?? (await store.getRun(session.id, run.id)) ?? run
+      // Answers when the run ends or pauses for someone else (an approval, a client tool).
+      const settled = (await runs.waitFor(session.id, run.id, { untilPause: true })) ?? run
+      if (settled.status === 'cancelled' && app.agentd.state.draining) {
+        // Not the client's final answer (and not kept under an Idempotency-Key): the service went away.
+        throw new ApiError('UNAVAILABLE', 'The service is shutting down and cancelled this run; send the message again', { runId: run.id },
+          { 'retry-after': '5' })
+      }
       const messages = await store.listMessages(session.id)
       const last = messages.findLast((m) => m.runId === run.id && m.role === 'assistant')
-      return reply.status(200).send({ run: toRunView(finished), message: last ? toMessageView(last) : null })
+      const pending = settled.status === 'awaiting_approval' || settled.status === 'awaiting_tool_result'
+        ? (await store.listToolCalls(run.id)).findLast((c) => c.state === 'approval_required' || c.state === 'executing')
+        : undefined
+      return reply.status(200).send({
+        run: toRunView(settled),
+        message: last ? toMessageView(last) : null,
+        ...(pending ? { pendingCall: snapshot(pending) } : {})
+      })
     }
     return reply.status(202).send({ message: toMessageView(message), run: toRunView(run) })
   })
@@ -103,7 +117,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
-    runs.decide(session.id, request.params.callId, { decision: request.body.decision, note: request.body.note ?? null })
+    await runs.decide(session.id, request.params.callId, { decision: request.body.decision, note: request.body.note ?? null })
     return { callId: request.params.callId, accepted: true as const }
   })
 
@@ -118,7 +132,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
     const body = request.body as { output?: unknown; error?: string }
-    runs.submitToolResult(session.id, request.params.callId, 'error' in body ? { error: String(body.error) } : { output: body.output })
+    await runs.submitToolResult(session.id, request.params.callId, 'error' in body ? { error: String(body.error) } : { output: body.output })
     return { callId: request.params.callId, accepted: true as const }
   })
 }

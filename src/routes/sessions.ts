@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { apiError, validationError } from '../http/errors.ts'
 import { toModelToolResult } from '../agent/classify.ts'
-import { toolMessage, unansweredCalls, unfinishedCallError } from '../agent/run-execution.ts'
+import { unfinishedCallError } from '../agent/recovery.ts'
 import { newId } from '../ids.ts'
 import { emptyUsage, errorResponses, ref } from '../schemas/common.ts'
 import {
@@ -150,7 +150,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
         `atSeq ${atSeq} is past the session's last event (${source.lastSeq})`)
     }
     const now = new Date().toISOString()
-    const fork: SessionRecord = {
+    const target: SessionRecord = {
       ...source,
       id: newId('ses'),
       createdAt: now,
@@ -160,14 +160,11 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       usage: emptyUsage(),
       forkedFrom: { sessionId: source.id, atSeq }
     }
-    await store.forkSession(source.id, fork, atSeq, () => newId('msg'))
-    // A call whose answer came after atSeq (or never) gets a sealed one, so the fork can go on.
-    const messages = await store.listMessages(fork.id)
-    for (const call of unansweredCalls(messages)) {
-      const runId = messages.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? ''
-      await store.addMessage(toolMessage(fork.id, runId, call.id, toModelToolResult(unfinishedCallError(call.name, 'the session was forked before its result'))))
-    }
-    request.log.info({ sessionId: fork.id, forkedFrom: source.id, atSeq }, 'session forked')
+    const fork = await store.forkSession(source.id, target, atSeq, {
+      newMessageId: () => newId('msg'),
+      sealedAnswer: (toolName) => JSON.stringify(toModelToolResult(unfinishedCallError(toolName, 'the session was forked before its result')))
+    })
+    request.log.info({ sessionId: fork.id, forkedFrom: source.id, atSeq: fork.lastSeq }, 'session forked')
     return reply.status(201).send(toSessionView(fork, app.agentd.tools.defaultNames))
   })
 
@@ -183,7 +180,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     await sessionOr404(store, request.tenant, id)
     await app.agentd.runs.cancelSession(id)
     await store.deleteSession(request.tenant, id)
-    app.agentd.endSessionStreams(id, 'session deleted')
+    app.agentd.bus.endSession(id, 'session deleted')
     await app.agentd.tools.removeWorkspace(id)
     return reply.status(204).send()
   })

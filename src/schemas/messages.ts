@@ -59,7 +59,13 @@ export const PostMessageQuerySchema = Type.Object(
 export const AcceptedSchema = Type.Object({ message: ref(MessageSchema), run: ref(RunSchema) })
 export const FinishedSchema = Type.Object({
   message: Type.Union([ref(MessageSchema), Type.Null()], { description: 'the last assistant message of the run, if any' }),
-  run: ref(RunSchema)
+  run: ref(RunSchema),
+  pendingCall: Type.Optional(Type.Object({
+    id: Type.String(),
+    name: Type.String(),
+    input: Type.Unknown(),
+    state: Type.String({ description: "'approval_required' (answer with POST …/approvals/{callId}) or 'executing' (a client tool: POST …/tool-results/{callId})" })
+  }, { additionalProperties: true, description: 'when the run paused (awaiting_approval or awaiting_tool_result): the call it waits on' }))
 })
 
 export const MessageListSchema = Type.Object({ data: Type.Array(ref(MessageSchema)) })

@@ -1,4 +1,4 @@
-import type { Store } from './store.ts'
+import type { Store, StoreWrite } from './store.ts'
 
 export interface StoreHealth {
   /** The last failed store call, until a later call succeeds; /readyz reports it. */
@@ -23,8 +23,8 @@ export function observeStore(store: Store, health: StoreHealth, onFailure: (oper
       if (typeof value !== 'function') return value
       // The methods use private fields, so they must run on the target, not on the proxy.
       if (property === 'close' || property === 'migrate') return value.bind(target)
-      const operation = String(property)
       return (...args: unknown[]) => {
+        const operation = operationName(String(property), args)
         const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args)
         if (!(result instanceof Promise)) return result
         return result.then(
@@ -45,4 +45,15 @@ export function observeStore(store: Store, health: StoreHealth, onFailure: (oper
       }
     }
   })
+}
+
+/**
+ * The name a failure is reported and cleared under. A unit of work is named by the kinds of its
+ * writes ("commit(run,usage,event,message)"), so that a different unit succeeding (the run
+ * recording its own failure) does not hide the one that failed.
+ */
+function operationName(method: string, args: unknown[]): string {
+  if (method !== 'commit' || !Array.isArray(args[0])) return method
+  const kinds = [...new Set((args[0] as StoreWrite[]).map((write) => write.type))]
+  return `commit(${kinds.join(',')})`
 }

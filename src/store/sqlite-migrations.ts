@@ -119,5 +119,15 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
         UPDATE tenant_stats SET sessions = sessions - 1 WHERE tenant = OLD.tenant;
       END;
     `
+  },
+  {
+    version: 3,
+    name: 'idempotency claims with a lease',
+    // A claim in progress holds only until lease_until; claims from before this version have none
+    // and are treated as expired (their holder was a process that is gone).
+    sql: `
+      ALTER TABLE idempotency ADD COLUMN lease_until TEXT;
+      UPDATE idempotency SET lease_until = created_at;
+    `
   }
 ]

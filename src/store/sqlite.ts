@@ -3,9 +3,10 @@ import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import type { Usage } from '../schemas/common.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
+import { unansweredCalls } from './history.ts'
 import type {
-  EventQuery, EventRecord, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
-  RunRecord, SessionPatch, SessionRecord, Store, ToolCallRecord
+  EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
+  RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord
 } from './store.ts'
 
 type Row = Record<string, unknown>
@@ -30,10 +31,23 @@ export class StoreClosedError extends Error {
   }
 }
 
+/** Thrown when another process holds the database (SQLite serves one agentd process). */
+export class StoreLockedError extends Error {
+  readonly code = 'STORE_LOCKED'
+  constructor(path: string) {
+    super(`the SQLite database ${path} is in use by another process; one agentd process serves a SQLite file (use DATABASE_URL with PostgreSQL for several)`)
+  }
+}
+
 /**
  * The embedded store on node:sqlite (no native build). node:sqlite is synchronous; each method
  * does a few microseconds of work, in WAL mode with synchronous=NORMAL, which survives a process
  * crash (kill -9) without losing a committed transaction.
+ *
+ * One process owns the file: the connection takes SQLite's exclusive lock at open and keeps it
+ * (locking_mode=EXCLUSIVE), so a second agentd on the same file fails to start instead of
+ * corrupting the first one's runs, and the lock dies with the process (kill -9 included). That
+ * single writer is what lets this store keep each session's newest seq in memory.
  */
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
@@ -44,17 +58,29 @@ export class SqliteStore implements Store {
   #pending: PendingWrite[] = []
   #flushScheduled = false
   /**
-   * The newest seq of each session this process has appended to. This process is the store's
-   * only writer, so the sessions row need not be read per event; it is written once per
-   * session per commit (#flush).
+   * The newest seq of each session this process has appended to. The exclusive lock makes this
+   * process the file's only writer, so the sessions row need not be read per event; it is
+   * written once per session per commit (#flush).
    */
   readonly #lastSeq = new Map<string, number>()
   readonly #seqToStore = new Map<string, number>()
+  /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
+  #seqUndo: Array<{ sessionId: string; last: number | undefined; toStore: number | undefined }> | null = null
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
     this.#db = new DatabaseSync(path, { enableForeignKeyConstraints: true })
-    this.#db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;')
+    try {
+      // Exclusive before WAL: the WAL then needs no shared memory, and the first write below
+      // takes the lock that this connection keeps until it closes.
+      this.#db.exec('PRAGMA busy_timeout = 200; PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;')
+      this.#db.exec('BEGIN IMMEDIATE; COMMIT;')
+      this.#db.exec('PRAGMA busy_timeout = 5000;')
+    } catch (err) {
+      this.#db.close()
+      if (/locked|busy/i.test((err as Error).message)) throw new StoreLockedError(path)
+      throw err
+    }
   }
 
   #stmt(sql: string): StatementSync {
@@ -112,7 +138,10 @@ export class SqliteStore implements Store {
       this.#stmt('BEGIN IMMEDIATE').run()
       for (const write of batch) {
         // A single statement that fails is undone by SQLite alone; several need a savepoint.
-        if (write.atomic) this.#stmt('SAVEPOINT write').run()
+        if (write.atomic) {
+          this.#stmt('SAVEPOINT write').run()
+          this.#seqUndo = []
+        }
         try {
           outcomes.push({ ok: true, value: write.work() })
           if (write.atomic) this.#stmt('RELEASE write').run()
@@ -120,8 +149,11 @@ export class SqliteStore implements Store {
           if (write.atomic) {
             this.#stmt('ROLLBACK TO write').run()
             this.#stmt('RELEASE write').run()
+            this.#undoSeqs()
           }
           outcomes.push({ ok: false, error })
+        } finally {
+          this.#seqUndo = null
         }
       }
       const setSeq = this.#stmt('UPDATE sessions SET last_seq = ? WHERE id = ?')
@@ -143,6 +175,16 @@ export class SqliteStore implements Store {
       if (outcome?.ok) write.resolve(outcome.value)
       else write.reject(outcome?.error)
     })
+  }
+
+  /** Puts back the seqs of a rolled-back write, newest change first. */
+  #undoSeqs(): void {
+    for (const { sessionId, last, toStore } of (this.#seqUndo ?? []).reverse()) {
+      if (last === undefined) this.#lastSeq.delete(sessionId)
+      else this.#lastSeq.set(sessionId, last)
+      if (toStore === undefined) this.#seqToStore.delete(sessionId)
+      else this.#seqToStore.set(sessionId, toStore)
+    }
   }
 
   /** A one-statement write; its parameters are taken now, so a caller may change its objects right after. */
@@ -181,6 +223,96 @@ export class SqliteStore implements Store {
     this.#db.close()
   }
 
+  async commit(writes: readonly StoreWrite[]): Promise<EventRecord[]> {
+    // Parameters are taken now (JSON included), so the caller may change its objects right after.
+    const statements = writes.map((write) => this.#prepareWrite(write))
+    return this.#write(() => {
+      const events: EventRecord[] = []
+      for (const apply of statements) {
+        const event = apply()
+        if (event) events.push(event)
+      }
+      return events
+    }, { atomic: writes.length > 1 })
+  }
+
+  /** One write of a unit of work as a closure over its parameters; an event returns its stored record. */
+  #prepareWrite(write: StoreWrite): () => EventRecord | void {
+    switch (write.type) {
+      case 'event': {
+        const { event } = write
+        const data = JSON.stringify(event.data)
+        return () => {
+          const last = this.#currentSeq(event.sessionId)
+          if (last === undefined) throw new Error(`session ${event.sessionId} does not exist`)
+          const seq = last + 1
+          this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, data)
+          this.#seqUndo?.push({ sessionId: event.sessionId, last: this.#lastSeq.get(event.sessionId), toStore: this.#seqToStore.get(event.sessionId) })
+          this.#lastSeq.set(event.sessionId, seq)
+          this.#seqToStore.set(event.sessionId, seq)
+          return { ...event, seq }
+        }
+      }
+      case 'message': {
+        const m = write.message
+        const toolCalls = json(m.toolCalls)
+        return () => {
+          // at_seq: the session's newest event when the message was stored, which places it for fork.
+          const atSeq = this.#currentSeq(m.sessionId) ?? 0
+          this.#stmt(INSERT_MESSAGE).run(m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt)
+        }
+      }
+      case 'newRun': {
+        const r = write.run
+        const params: Param[] = [
+          r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt
+        ]
+        return () => {
+          this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
+            started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(...params)
+        }
+      }
+      case 'run': {
+        const { sql, params } = runUpdate(write.id, write.patch)
+        return () => {
+          if (sql) this.#stmt(sql).run(...params)
+        }
+      }
+      case 'session': {
+        const { patch, id } = write
+        const sets: string[] = []
+        const values: Param[] = []
+        if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
+        sets.push('updated_at = ?')
+        values.push(patch.updatedAt ?? new Date().toISOString())
+        const sql = `UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`
+        return () => {
+          this.#stmt(sql).run(...values, id)
+        }
+      }
+      case 'usage': {
+        const { usage, sessionId } = write
+        return () => {
+          this.#stmt(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
+            total_tokens = total_tokens + ? WHERE id = ?`).run(usage.inputTokens, usage.outputTokens, usage.totalTokens, sessionId)
+        }
+      }
+      case 'toolCall': {
+        const c = write.call
+        const params: Param[] = [
+          c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs, json(c.result), json(c.error)
+        ]
+        return () => {
+          this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
+              duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+              duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(...params)
+        }
+      }
+    }
+  }
+
   async createSession(s: SessionRecord): Promise<void> {
     return this.#run(INSERT_SESSION, sessionParams(s))
   }
@@ -207,22 +339,6 @@ export class SqliteStore implements Store {
     return row ? Number(row.sessions) : 0
   }
 
-  async updateSession(id: string, patch: SessionPatch): Promise<void> {
-    const sets: string[] = []
-    const values: Param[] = []
-    if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
-    sets.push('updated_at = ?')
-    values.push(patch.updatedAt ?? new Date().toISOString())
-    return this.#run(`UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`, [...values, id])
-  }
-
-  async addSessionUsage(id: string, usage: Usage): Promise<void> {
-    return this.#write(() => {
-      this.#stmt(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-        total_tokens = total_tokens + ? WHERE id = ?`).run(usage.inputTokens, usage.outputTokens, usage.totalTokens, id)
-    })
-  }
-
   async deleteSession(tenant: string, id: string): Promise<boolean> {
     return this.#write(() => {
       const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
@@ -239,22 +355,6 @@ export class SqliteStore implements Store {
     if (cached !== undefined) return cached
     const row = this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(sessionId) as Row | undefined
     return row ? Number(row.last_seq) : undefined
-  }
-
-  async appendEvent(event: NewEvent): Promise<EventRecord> {
-    const data = JSON.stringify(event.data)
-    return this.#write(() => {
-      const last = this.#currentSeq(event.sessionId)
-      if (last === undefined) throw new Error(`session ${event.sessionId} does not exist`)
-      const seq = last + 1
-      this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(
-        event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, data
-      )
-      this.#lastSeq.set(event.sessionId, seq)
-      this.#seqToStore.set(event.sessionId, seq)
-      return { ...event, seq }
-    })
   }
 
   async listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]> {
@@ -274,44 +374,42 @@ export class SqliteStore implements Store {
     return rows.map(toEvent)
   }
 
-  async addMessage(m: MessageRecord): Promise<void> {
-    const toolCalls = json(m.toolCalls)
-    return this.#write(() => {
-      // at_seq: the session's newest event when the message was stored, which places it for fork.
-      const atSeq = this.#currentSeq(m.sessionId) ?? 0
-      this.#stmt(INSERT_MESSAGE).run(
-        m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt
-      )
-    })
-  }
-
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
     const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? ORDER BY pos').all(sessionId) as Row[]
     return rows.map(toMessage)
   }
 
-  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, newMessageId: () => string): Promise<void> {
+  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.#write(() => {
-      this.#stmt(INSERT_SESSION).run(...sessionParams(target))
+      const at = this.#forkPoint(sourceId, atSeq)
+      const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
+      this.#stmt(INSERT_SESSION).run(...sessionParams(fork))
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         SELECT ?, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = ? AND seq <= ?`)
-        .run(target.id, sourceId, atSeq)
-      const messages = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND at_seq <= ? ORDER BY pos')
-        .all(sourceId, atSeq) as Row[]
+        .run(fork.id, sourceId, at)
+      const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND at_seq <= ? ORDER BY pos').all(sourceId, at) as Row[]
       const insert = this.#stmt(INSERT_MESSAGE)
-      for (const row of messages) {
-        insert.run(newMessageId(), target.id, row.run_id as string | null, row.role as string, row.content as string | null,
-          row.tool_calls as string | null, row.tool_call_id as string | null, Number(row.at_seq), row.created_at as string)
+      const copied = rows.map((row) => ({ ...toMessage(row), id: seal.newMessageId(), sessionId: fork.id, atSeq: Number(row.at_seq) }))
+      for (const m of copied) {
+        insert.run(m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt)
       }
+      for (const call of unansweredCalls(copied)) {
+        const runId = copied.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? null
+        insert.run(seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString())
+      }
+      return fork
     }, { atomic: true })
   }
 
-  async createRun(r: RunRecord): Promise<void> {
-    return this.#run(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
-        started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, [
-      r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt,
-      r.startedAt, r.endedAt
-    ])
+  /**
+   * The last seq <= atSeq at which no run of the session is half done: a run whose first event
+   * is at or before atSeq but whose `done` is not moves the point back to just before it.
+   */
+  #forkPoint(sessionId: string, atSeq: number): number {
+    const row = this.#stmt(`SELECT min(seq) AS first FROM events e WHERE session_id = ? AND seq <= ? AND run_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM events d WHERE d.session_id = e.session_id AND d.run_id = e.run_id AND d.type = 'done' AND d.seq <= ?)`)
+      .get(sessionId, atSeq, atSeq) as Row | undefined
+    return row?.first === null || row?.first === undefined ? atSeq : Number(row.first) - 1
   }
 
   async getRun(sessionId: string, runId: string): Promise<RunRecord | null> {
@@ -319,37 +417,12 @@ export class SqliteStore implements Store {
     return row ? toRun(row) : null
   }
 
-  async updateRun(id: string, patch: RunPatch): Promise<void> {
-    const columns: Record<keyof RunPatch, string> = {
-      status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
-    }
-    const sets: string[] = []
-    const values: Param[] = []
-    for (const [key, column] of Object.entries(columns) as Array<[keyof RunPatch, string]>) {
-      if (!(key in patch)) continue
-      const value = patch[key]
-      sets.push(`${column} = ?`)
-      values.push(key === 'usage' || key === 'error' ? json(value) : (value as Param))
-    }
-    if (sets.length === 0) return
-    return this.#run(`UPDATE runs SET ${sets.join(', ')} WHERE id = ?`, [...values, id])
-  }
-
   async listUnfinishedRuns(): Promise<RunRecord[]> {
+    // rowid: the order the runs were accepted in, which FIFO queues keep.
     const rows = this.#stmt(
-      `SELECT * FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY id`
+      `SELECT * FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY rowid`
     ).all() as Row[]
     return rows.map(toRun)
-  }
-
-  async saveToolCall(c: ToolCallRecord): Promise<void> {
-    return this.#run(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
-        duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-      ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
-        duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`, [
-      c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs,
-      json(c.result), json(c.error)
-    ])
   }
 
   async getToolCall(sessionId: string, callId: string): Promise<ToolCallRecord | null> {
@@ -364,15 +437,23 @@ export class SqliteStore implements Store {
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {
     return this.#write((): IdempotencyOutcome => {
-      const inserted = this.#stmt(`INSERT INTO idempotency (tenant, key, fingerprint, state, created_at)
-        VALUES (?, ?, ?, 'in_progress', ?) ON CONFLICT (tenant, key) DO NOTHING`)
-        .run(claim.tenant, claim.key, claim.fingerprint, claim.createdAt)
+      // A claim in progress whose lease has passed was left by a holder that is gone: take it over.
+      const inserted = this.#stmt(`INSERT INTO idempotency (tenant, key, fingerprint, state, created_at, lease_until)
+        VALUES (?, ?, ?, 'in_progress', ?, ?)
+        ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, created_at = excluded.created_at,
+          lease_until = excluded.lease_until
+        WHERE idempotency.state = 'in_progress' AND idempotency.lease_until < ?`)
+        .run(claim.tenant, claim.key, claim.fingerprint, claim.createdAt, claim.leaseUntil, claim.createdAt)
       if (Number(inserted.changes) > 0) return { state: 'claimed' }
       const row = this.#stmt('SELECT * FROM idempotency WHERE tenant = ? AND key = ?').get(claim.tenant, claim.key) as Row
       if (row.fingerprint !== claim.fingerprint) return { state: 'mismatch' }
       if (row.state === 'in_progress') return { state: 'in_progress' }
       return { state: 'completed', status: Number(row.status), body: parse(row.body) }
     })
+  }
+
+  async renewIdempotency(tenant: string, key: string, leaseUntil: string): Promise<void> {
+    return this.#run(`UPDATE idempotency SET lease_until = ? WHERE tenant = ? AND key = ? AND state = 'in_progress'`, [leaseUntil, tenant, key])
   }
 
   async completeIdempotency(tenant: string, key: string, response: { status: number; body: unknown }): Promise<void> {
@@ -488,4 +569,21 @@ function toToolCall(row: Row): ToolCallRecord {
   if (row.result !== null) call.result = parse(row.result)
   if (row.error !== null) call.error = parse(row.error)
   return call
+}
+
+const RUN_COLUMNS: Record<keyof RunPatch, string> = {
+  status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
+}
+
+/** The UPDATE for a run patch; sql is empty when the patch changes nothing. */
+function runUpdate(id: string, patch: RunPatch): { sql: string; params: Param[] } {
+  const sets: string[] = []
+  const params: Param[] = []
+  for (const [key, column] of Object.entries(RUN_COLUMNS) as Array<[keyof RunPatch, string]>) {
+    if (!(key in patch)) continue
+    const value = patch[key]
+    sets.push(`${column} = ?`)
+    params.push(key === 'usage' || key === 'error' ? json(value) : (value as Param))
+  }
+  return sets.length === 0 ? { sql: '', params } : { sql: `UPDATE runs SET ${sets.join(', ')} WHERE id = ?`, params: [...params, id] }
 }

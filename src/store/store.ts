@@ -2,9 +2,16 @@ import type { ClassifiedError, Usage } from '../schemas/common.ts'
 
 /**
  * The narrow persistence interface. Routes and the agent loop only ever see this; the SQLite
- * and PostgreSQL implementations live behind it. Every method is async so that a networked
- * store fits unchanged. Every write is committed when its promise resolves: callers publish
- * (SSE, webhooks) only after that, which is what makes "nothing committed is lost" hold.
+ * and PostgreSQL implementations live behind it, and one contract suite (test/store/contract.ts)
+ * holds every implementation to the same behaviour. Every method is async so that a networked
+ * store fits unchanged.
+ *
+ * What is atomic is said here, never left to timing: each method is one unit of work, and the
+ * agent loop's related writes (a step's message, usage and events; a tool call's final state,
+ * its events and its answer; a run's error, status and `done`) go through `commit`, which applies
+ * a list of writes in one transaction, all or none. A write is committed when its promise
+ * resolves: callers publish (SSE, webhooks) only after that, which is what makes "nothing
+ * committed is lost" hold.
  */
 export interface Store {
   readonly kind: 'sqlite' | 'postgres'
@@ -14,54 +21,79 @@ export interface Store {
   ping(): Promise<void>
   close(): Promise<void>
 
+  /**
+   * Applies the writes in one transaction, in order: all of them or none. Each event gets the
+   * next `seq` of its session, allocated inside the transaction (so seq stays gap-free with any
+   * number of writers); a message is placed after the events written before it. Resolves with
+   * the stored events, in seq order per session, once committed.
+   */
+  commit(writes: readonly StoreWrite[]): Promise<EventRecord[]>
+
   createSession(session: SessionRecord): Promise<void>
   /** A session of this tenant, or null (also for another tenant's or a deleted session). */
   getSession(tenant: string, id: string): Promise<SessionRecord | null>
-  /** Newest first; `before` is the ID of the last session of the previous page. */
   /** A session whatever its tenant: for the service's own work (recovery), never for a request. */
   getSessionById(id: string): Promise<SessionRecord | null>
+  /** Newest first; `before` is the ID of the last session of the previous page. */
   listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]>
   countSessions(tenant: string): Promise<number>
-  updateSession(id: string, patch: SessionPatch): Promise<void>
-  /** Adds usage to the session's running total. */
-  addSessionUsage(id: string, usage: Usage): Promise<void>
   /** Deletes the session and everything that belongs to it; false when there was none. */
   deleteSession(tenant: string, id: string): Promise<boolean>
 
-  /** Stores the event with the next `seq` of its session, atomically, and returns it. */
-  appendEvent(event: NewEvent): Promise<EventRecord>
   /** Events with seq > after, ascending, optionally filtered. */
   listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]>
 
   /**
-   * Creates `target` with the source session's events up to atSeq (same seq numbers) and the
-   * messages stored up to that event (new IDs), in one transaction.
+   * Creates `target` as a fork of the source session at `atSeq`, in one transaction: a fork holds
+   * only runs that had finished by then, so a point inside a run moves back to just before that
+   * run's first event. The events up to that point keep their seq numbers, the messages stored up
+   * to it are copied (new IDs, from `newMessageId`), and a tool call still without an answer gets
+   * a sealed one (`sealedAnswer`), so the fork's history is always consistent. Resolves with the
+   * fork as stored (its `lastSeq` is the point actually used).
    */
-  forkSession(sourceId: string, target: SessionRecord, atSeq: number, newMessageId: () => string): Promise<void>
+  forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord>
 
-  addMessage(message: MessageRecord): Promise<void>
   listMessages(sessionId: string): Promise<MessageRecord[]>
 
-  createRun(run: RunRecord): Promise<void>
   getRun(sessionId: string, runId: string): Promise<RunRecord | null>
-  updateRun(id: string, patch: RunPatch): Promise<void>
   /** Runs in any non-final status, oldest first (queued, running, awaiting_*); for recovery. */
   listUnfinishedRuns(): Promise<RunRecord[]>
 
-  /** Inserts or replaces the call's current state. */
-  saveToolCall(call: ToolCallRecord): Promise<void>
   getToolCall(sessionId: string, callId: string): Promise<ToolCallRecord | null>
   listToolCalls(runId: string): Promise<ToolCallRecord[]>
 
   /**
    * Claims an idempotency key for a request. Returns 'claimed' when the caller should process
-   * the request and later call completeIdempotency or releaseIdempotency.
+   * the request and later call completeIdempotency or releaseIdempotency. A claim still in
+   * progress whose `leaseUntil` has passed belongs to a holder that is gone (a crash): it is
+   * taken over and answered 'claimed'.
    */
   claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome>
   completeIdempotency(tenant: string, key: string, response: { status: number; body: unknown }): Promise<void>
   releaseIdempotency(tenant: string, key: string): Promise<void>
+  /** Extends an in-progress claim that this holder still works on. */
+  renewIdempotency(tenant: string, key: string, leaseUntil: string): Promise<void>
   /** Forgets records created before `olderThan`. */
   purgeIdempotency(olderThan: Date): Promise<number>
+}
+
+/** One write of a unit of work (Store.commit). */
+export type StoreWrite =
+  | { type: 'event'; event: NewEvent }
+  | { type: 'message'; message: MessageRecord }
+  | { type: 'newRun'; run: RunRecord }
+  | { type: 'run'; id: string; patch: RunPatch }
+  | { type: 'session'; id: string; patch: SessionPatch }
+  /** Adds usage to the session's running total. */
+  | { type: 'usage'; sessionId: string; usage: Usage }
+  /** Inserts or replaces the call's current state. */
+  | { type: 'toolCall'; call: ToolCallRecord }
+
+/** How a fork answers a tool call whose result it does not hold. */
+export interface ForkSealing {
+  newMessageId(): string
+  /** The tool message content that seals an unanswered call of this tool. */
+  sealedAnswer(toolName: string): string
 }
 
 export type SessionStatus = 'idle' | 'running' | 'awaiting_approval' | 'awaiting_tool_result'
@@ -182,6 +214,8 @@ export interface IdempotencyClaim {
   /** Method, route and a hash of the body: the same key with another request is a reuse. */
   fingerprint: string
   createdAt: string
+  /** Until when the claim holds while in progress; its holder renews it (renewIdempotency) while it works. */
+  leaseUntil: string
 }
 
 export type IdempotencyOutcome =

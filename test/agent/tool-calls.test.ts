@@ -225,7 +225,7 @@ t.test('approvals', async (t) => {
     const again = await post(`approvals/${required.data.call.id}`, { decision: 'deny' })
     t.equal(again.statusCode, 409, 'a second decision is 409')
     t.equal(again.json().error.code, 'NOT_AWAITING')
-    const finished = await app.agentd.runs.waitFor(run.id)
+    const finished = await app.agentd.runs.waitFor(session.id, run.id)
     t.equal(finished?.status, 'completed')
     const decided = await waitFor('permission_decided')
     t.same(decided.data, { callId: required.data.call.id, decision: 'allow', note: 'fine' })
@@ -238,7 +238,7 @@ t.test('approvals', async (t) => {
     const run = (await post('messages', { content: 'write again' })).json().run
     const required = await waitFor('permission_required', before)
     await post(`approvals/${required.data.call.id}`, { decision: 'deny', note: 'not that file' })
-    await app.agentd.runs.waitFor(run.id)
+    await app.agentd.runs.waitFor(session.id, run.id)
     const last = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
     const result = JSON.parse(last.messages.filter((m) => m.role === 'tool').at(-1)?.content ?? '{}')
     t.match(result, { ok: false, code: 'DENIED_BY_USER', retryable: false })
@@ -286,7 +286,7 @@ t.test('client tools pause the run until the client posts the result', async (t)
   t.equal(badBody.statusCode, 400)
   const ok = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/tool-results/${callId}`, payload: { output: { tempC: -3 } } })
   t.equal(ok.statusCode, 200)
-  t.equal((await app.agentd.runs.waitFor(run.id))?.status, 'completed')
+  t.equal((await app.agentd.runs.waitFor(session.id, run.id))?.status, 'completed')
   const last = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
   t.same(JSON.parse(last.messages.at(-1)?.content ?? 'null'), { tempC: -3 }, 'the model got the client output')
   const late = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/tool-results/${callId}`, payload: { output: 2 } })

@@ -6,11 +6,11 @@ t.test('a failing store write ends the run as failed, reports it, and the servic
   const { app, devModel } = await buildTestApp(t)
   const store = app.agentd.store
   const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
-  const original = store.addMessage
+  const original = store.commit
   let failing = true
-  store.addMessage = async (message) => {
-    if (failing && message.role === 'assistant') throw new Error('disk I/O error')
-    return original.call(store, message)
+  store.commit = async (writes) => {
+    if (failing && writes.some((w) => w.type === 'message' && w.message.role === 'assistant')) throw new Error('disk I/O error')
+    return original.call(store, writes)
   }
   devModel.script({ text: 'never stored' })
   const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'x' } })).json()
@@ -23,7 +23,7 @@ t.test('a failing store write ends the run as failed, reports it, and the servic
 
   const ready = await app.inject({ method: 'GET', url: '/readyz' })
   t.equal(ready.statusCode, 503, '/readyz reports the failure')
-  t.match(ready.json().error.details.store, /addMessage: disk I\/O error/)
+  t.match(ready.json().error.details.store, /commit\(.*message\): disk I\/O error/)
   t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200, 'the process is alive')
 
   failing = false

@@ -25,7 +25,7 @@ t.test('active runs per tenant', async (t) => {
   const refused = await app.inject({ method: 'POST', url: `/v1/sessions/${b.id}/messages`, payload: { content: 'y' } })
   t.equal(refused.statusCode, 429)
   t.match(refused.json().error, { code: 'LIMIT_EXCEEDED', details: { limit: 'activeRunsPerTenant' } })
-  await app.agentd.runs.waitFor(running.run.id)
+  await app.agentd.runs.waitFor(a.id, running.run.id)
   t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${b.id}/messages?wait=true`, payload: { content: 'y' } })).statusCode, 200)
 })
 

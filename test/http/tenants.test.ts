@@ -90,7 +90,7 @@ t.test("a tenant cannot see or touch another tenant's session: every route answe
     }
     t.equal((await asA('GET', s)).json().status, 'awaiting_tool_result', "a's session is still there and still waits")
     t.equal((await asA('POST', `${s}/tool-results/${callId}`, { output: 'blue' })).statusCode, 200, 'a delivers its own result')
-    t.equal((await app.agentd.runs.waitFor(run.id))?.status, 'completed')
+    t.equal((await app.agentd.runs.waitFor(session.id, run.id))?.status, 'completed')
   })
 
   t.test("a's sessions are absent from b's list, and present in a's", async (t) => {

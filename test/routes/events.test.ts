@@ -89,7 +89,7 @@ t.test('resuming across the replay/live seam misses, repeats and reorders nothin
     lastId = received.at(-1)?.seq ?? lastId
     if (res.events.some((e) => e.type === 'done')) break
   }
-  await app.agentd.runs.waitFor(runId)
+  await app.agentd.runs.waitFor(session.id, runId)
   const stored = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
   t.equal(received.at(-1)?.type, 'done')
   t.same(received.map((e) => e.seq), stored.map((e) => e.seq), 'every event exactly once, in seq order')

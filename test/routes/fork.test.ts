@@ -46,20 +46,46 @@ t.test('fork copies history up to an event and leaves the original untouched', a
   t.equal((await app.inject({ method: 'POST', url: '/v1/sessions/ses_none/fork', payload: {} })).statusCode, 404)
 })
 
-t.test('a fork taken between a tool call and its result seals the call', async (t) => {
+t.test('a fork at a point inside a run holds only the runs finished before it', async (t) => {
   const { app, devModel } = await buildTestApp(t)
   const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'first' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'one' } })
   devModel.script({ toolCalls: [{ name: 'missing_tool', arguments: {} }] }, { text: 'done' })
-  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'two' } })
   const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
   const atSeq = events.find((e) => e.type === 'tool:start')?.seq ?? 0
+  const secondRun = events.find((e) => e.type === 'tool:start')?.runId
+  const firstEventOfSecond = events.find((e) => e.runId === secondRun)?.seq ?? 0
+
   const fork = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork`, payload: { atSeq } })).json()
+  t.equal(fork.lastSeq, firstEventOfSecond - 1, 'the fork point moves back to just before the unfinished run')
+  const forkEvents = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.notOk(forkEvents.some((e) => e.runId === secondRun), 'none of the half run is copied')
+  t.equal(forkEvents.at(-1)?.type, 'done', 'the fork ends with a finished run')
   const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/messages` })).json().data
-  const call = messages.find((m: { toolCalls?: unknown[] }) => m.toolCalls)?.toolCalls[0]
-  const answer = messages.find((m: { toolCallId?: string }) => m.toolCallId === call.id)
-  t.ok(answer, 'the call has an answer in the fork')
-  t.match(JSON.parse(answer.content), { ok: false, errorType: 'aborted' })
+  t.same(messages.map((m: { content: string }) => m.content), ['one', 'first'])
   devModel.script({ text: 'continued' })
   const next = (await app.inject({ method: 'POST', url: `/v1/sessions/${fork.id}/messages?wait=true`, payload: { content: 'again' } })).json()
   t.equal(next.run.status, 'completed', 'the next message to the fork works')
+})
+
+t.test('forking a session while its run is going copies no part of that run', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'first' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'one' } })
+  devModel.script({ hang: true, afterChunks: 1 })
+  const running = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'two' } })).json()
+  for (let tries = 0; tries < 200; tries++) {
+    const seen = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=text_chunk`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+    if (seen.some((e) => e.runId === running.run.id)) break
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  const fork = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork` })).json()
+  const forkEvents = (await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.notOk(forkEvents.some((e) => e.runId === running.run.id), 'the running run is not in the fork')
+  t.equal(forkEvents.at(-1)?.type, 'done', 'it ends with the finished run, so ?until=done has nothing to wait for')
+  t.same((await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/messages` })).json().data.map((m: { content: string }) => m.content), ['one', 'first'])
+  t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })).statusCode, 202)
 })

@@ -68,7 +68,7 @@ t.test('202 without wait; a second message while busy is 409 SESSION_BUSY', asyn
   const busy = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'y' } })
   t.equal(busy.statusCode, 409)
   t.equal(busy.json().error.code, 'SESSION_BUSY')
-  await app.agentd.runs.waitFor(accepted.json().run.id)
+  await app.agentd.runs.waitFor(session.id, accepted.json().run.id)
 })
 
 t.test('enqueued messages run in order after the active one', async (t) => {
@@ -81,7 +81,7 @@ t.test('enqueued messages run in order after the active one', async (t) => {
     t.equal(res.statusCode, 202)
     ids.push(res.json().run.id)
   }
-  for (const id of ids) await app.agentd.runs.waitFor(id)
+  for (const id of ids) await app.agentd.runs.waitFor(session.id, id)
   const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
   t.same(messages.map((m: { content: string }) => m.content), ['1', 'first', '2', 'second', '3', 'third'])
   const done = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=done`, headers: { accept: 'application/json' } })).json().data
@@ -230,15 +230,15 @@ t.test('a message stored while the active run ends still runs (no lost run)', as
   const first = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'a' } })).json()
   // Storing the second run takes until the first has ended: the session goes idle in between.
   const store = app.agentd.store
-  const createRun = store.createRun
-  store.createRun = async (run) => {
-    await app.agentd.runs.waitFor(first.run.id)
-    return createRun.call(store, run)
+  const commit = store.commit
+  store.commit = async (writes) => {
+    if (writes.some((w) => w.type === 'newRun')) await app.agentd.runs.waitFor(session.id, first.run.id)
+    return commit.call(store, writes)
   }
   const second = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'b', onBusy: 'enqueue' } })
   t.equal(second.statusCode, 202)
   const finished = await Promise.race([
-    app.agentd.runs.waitFor(second.json().run.id),
+    app.agentd.runs.waitFor(session.id, second.json().run.id),
     new Promise((resolve) => setTimeout(() => resolve(null), 3000))
   ])
   t.match(finished, { status: 'completed' }, 'the second run ran')

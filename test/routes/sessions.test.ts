@@ -117,6 +117,7 @@ t.test('sessions survive a restart on the same SQLite file', async (t) => {
   const got = await second.app.inject({ method: 'GET', url: `/v1/sessions/${created.id}` })
   t.equal(got.statusCode, 200)
   t.same(got.json(), created)
+  await second.app.close()
 
   const store = new SqliteStore(db)
   t.teardown(() => store.close())

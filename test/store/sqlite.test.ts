@@ -1,62 +1,26 @@
 import { join } from 'node:path'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
-import { tempDir } from '../helpers/app.ts'
+import { tempDir, type TapTest } from '../helpers/app.ts'
+import { storeContract } from './contract.ts'
 
-t.test('idempotency records are kept for their retention and then forgotten', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+async function openSqlite(t: TapTest, path: string): Promise<SqliteStore> {
+  const store = new SqliteStore(path)
   t.teardown(() => store.close())
   await store.migrate()
-  const claim = { tenant: 'a', key: 'k1', fingerprint: 'f1', createdAt: new Date(Date.now() - 25 * 3600_000).toISOString() }
-  t.same(await store.claimIdempotency(claim), { state: 'claimed' })
-  await store.completeIdempotency('a', 'k1', { status: 201, body: { id: 1 } })
-  t.same(await store.claimIdempotency({ ...claim, createdAt: new Date().toISOString() }), { state: 'completed', status: 201, body: { id: 1 } })
-  t.same(await store.claimIdempotency({ ...claim, tenant: 'b', createdAt: new Date().toISOString() }), { state: 'claimed' }, 'another tenant has its own keys')
-  t.equal(await store.purgeIdempotency(new Date(Date.now() - 24 * 3600_000)), 1, 'the 25 h old record is purged')
-  t.same(await store.claimIdempotency({ ...claim, fingerprint: 'f2' }), { state: 'claimed' }, 'the key can be used again')
+  return store
+}
+
+t.test('the SQLite store on a file keeps the store contract', async (t) => {
+  storeContract(t, (t) => openSqlite(t, join(tempDir(t), 'agentd.db')))
 })
 
-t.test('events get one gap-free seq per session', async (t) => {
-  const store = new SqliteStore(':memory:')
-  t.teardown(() => store.close())
-  await store.migrate()
-  const now = new Date().toISOString()
-  for (const id of ['ses_a', 'ses_b']) {
-    await store.createSession({
-      id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
-      approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-    })
-  }
-  const append = (sessionId: string) => store.appendEvent({ sessionId, runId: null, channel: 'monitor', type: 'x', at: now, requestId: null, data: {} })
-  const seqs = await Promise.all([append('ses_a'), append('ses_b'), append('ses_a'), append('ses_a'), append('ses_b')])
-  t.same(seqs.map((e) => [e.sessionId, e.seq]), [['ses_a', 1], ['ses_b', 1], ['ses_a', 2], ['ses_a', 3], ['ses_b', 2]])
-  t.equal((await store.getSessionById('ses_a'))?.lastSeq, 3)
-  await t.rejects(append('ses_missing'), /does not exist/)
+t.test('the SQLite store in memory keeps the store contract', async (t) => {
+  storeContract(t, (t) => openSqlite(t, ':memory:'))
 })
 
-t.test('session counts per tenant follow creates, forks and deletes', async (t) => {
-  const store = new SqliteStore(':memory:')
-  t.teardown(() => store.close())
-  await store.migrate()
-  const now = new Date().toISOString()
-  const session = (id: string, tenant: string) => ({
-    id, tenant, createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  })
-  await Promise.all([store.createSession(session('ses_1', 'a')), store.createSession(session('ses_2', 'a')), store.createSession(session('ses_3', 'b'))])
-  await store.forkSession('ses_1', session('ses_4', 'a'), 0, () => 'msg_x')
-  t.equal(await store.countSessions('a'), 3)
-  t.equal(await store.countSessions('b'), 1)
-  t.equal(await store.countSessions('c'), 0)
-  t.equal(await store.deleteSession('a', 'ses_2'), true)
-  t.equal(await store.deleteSession('b', 'ses_1'), false, 'another tenant cannot delete it')
-  t.equal(await store.countSessions('a'), 2)
-})
-
-t.test('writes queued together commit together, and one failing write fails alone', async (t) => {
-  const store = new SqliteStore(':memory:')
-  t.teardown(() => store.close())
-  await store.migrate()
+t.test('writes queued together commit together, and one failing unit fails alone', async (t) => {
+  const store = await openSqlite(t, ':memory:')
   const now = new Date().toISOString()
   const base = {
     tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
@@ -74,4 +38,17 @@ t.test('writes queued together commit together, and one failing write fails alon
   await pending
   const reopened = await store.ping().catch((err: Error) => err)
   t.match(reopened, { code: 'STORE_CLOSED' }, 'a write queued before close is committed, later calls are refused')
+})
+
+t.test('a second store on the same file is refused while the first is open, and allowed after', async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  const first = new SqliteStore(path)
+  await first.migrate()
+  t.throws(() => new SqliteStore(path), { code: 'STORE_LOCKED', message: /in use by another process/ })
+  await first.close()
+  const second = new SqliteStore(path)
+  t.teardown(() => second.close())
+  await second.migrate()
+  await second.ping()
+  t.pass('the file opens again once its owner has closed it')
 })

@@ -1,0 +1,212 @@
+import type { EventBus } from '../events/event-bus.ts'
+import { newId } from '../ids.ts'
+import type { RunRecord, SessionRecord, Store } from '../store/store.ts'
+import { AgentError } from './agent-error.ts'
+import type { CallSignal, Cancellation, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
+import { waitForRun } from './wait-for-run.ts'
+
+/** A run in a session's queue; `stored` once its row is committed (only then may it start). */
+interface QueueEntry {
+  run: RunRecord
+  tenant: string
+  stored: boolean
+}
+
+interface SessionRuns {
+  /** The claimed run: executing, or waiting on a person or a client. */
+  active: QueueEntry | null
+  /** Accepted runs in the order they were accepted. */
+  queue: QueueEntry[]
+}
+
+/**
+ * The in-process RunCoordinator: this process is the only one on its store (the SQLite store
+ * holds an exclusive lock), so the queues, the active run of each session and the per-tenant
+ * counts live in maps, signals are calls, and every unfinished run found at start is an orphan.
+ */
+export class LocalRunCoordinator implements RunCoordinator {
+  readonly ownerId = newId('req').replace('req_', 'own_')
+  readonly #store: Store
+  readonly #bus: EventBus
+  readonly #sessions = new Map<string, SessionRuns>()
+  /** Runs accepted and not yet ended, per tenant (LIMIT_EXCEEDED). */
+  readonly #tenantRuns = new Map<string, number>()
+  readonly #signals = new Map<string, RunSignals>()
+  /** Cancels asked for a claimed run before it attached its signals; delivered when it does. */
+  readonly #pendingCancels = new Set<string>()
+  readonly #queuedListeners = new Set<(sessionId: string) => void>()
+  #orphansTaken = false
+  #draining = false
+
+  constructor(options: { store: Store; bus: EventBus }) {
+    this.#store = options.store
+    this.#bus = options.bus
+  }
+
+  async admit(session: SessionRecord, run: RunRecord, onBusy: OnBusy, maxActiveRunsPerTenant: number): Promise<Cancellation> {
+    const runs = this.#runsOf(session.id)
+    const busy = runs.active !== null || runs.queue.length > 0
+    if (busy && onBusy === 'reject') {
+      throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
+        activeRunId: runs.active?.run.id ?? runs.queue[0]?.run.id
+      })
+    }
+    const tenantRuns = this.#tenantRuns.get(session.tenant) ?? 0
+    if (tenantRuns >= maxActiveRunsPerTenant) {
+      throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${tenantRuns} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
+        limit: 'activeRunsPerTenant', max: maxActiveRunsPerTenant
+      })
+    }
+    // The run takes its place in the queue now, before it is stored: acceptance order is call
+    // order, whatever order the store's commits resolve in. It may start once stored.
+    const entry: QueueEntry = { run, tenant: session.tenant, stored: false }
+    runs.queue.push(entry)
+    this.#count(session.tenant, +1)
+    try {
+      // Straight to the store: a new run has no event to publish, so it waits for no publication.
+      await this.#store.commit([{ type: 'newRun', run }])
+    } catch (err) {
+      this.#remove(session.id, entry)
+      throw err
+    }
+    entry.stored = true
+    const cancellation: Cancellation = { dequeued: [], signalled: [] }
+    if (busy && onBusy === 'interrupt') {
+      // Every run accepted before this one and not ended yet gives way, so runs are still
+      // answered in the order they were accepted and the newest interrupt wins.
+      const earlier = runs.queue.slice(0, runs.queue.indexOf(entry)).filter((e) => e.stored)
+      for (const e of earlier) this.#remove(session.id, e)
+      cancellation.dequeued = earlier.map((e) => e.run)
+      if (runs.active) cancellation.signalled = this.#signalCancel([runs.active.run.id])
+    }
+    this.#announce(session.id)
+    return cancellation
+  }
+
+  async claimNext(sessionId: string): Promise<RunRecord | null> {
+    const runs = this.#sessions.get(sessionId)
+    if (!runs || runs.active || this.#draining) return null
+    const next = runs.queue[0]
+    if (!next?.stored) return null
+    runs.queue.shift()
+    runs.active = next
+    return next.run
+  }
+
+  attach(runId: string, signals: RunSignals): () => void {
+    this.#signals.set(runId, signals)
+    if (this.#pendingCancels.delete(runId)) signals.cancel()
+    return () => {
+      if (this.#signals.get(runId) === signals) this.#signals.delete(runId)
+    }
+  }
+
+  async release(run: RunRecord): Promise<void> {
+    const runs = this.#sessions.get(run.sessionId)
+    if (!runs || runs.active?.run.id !== run.id) return
+    this.#count(runs.active.tenant, -1)
+    this.#pendingCancels.delete(run.id)
+    runs.active = null
+    if (runs.queue.length === 0) this.#sessions.delete(run.sessionId)
+    else this.#announce(run.sessionId)
+  }
+
+  async cancel(sessionId: string, options: { onlyFirst?: boolean } = {}): Promise<Cancellation> {
+    const runs = this.#sessions.get(sessionId)
+    const cancellation: Cancellation = { dequeued: [], signalled: [] }
+    if (!runs) return cancellation
+    if (runs.active) {
+      cancellation.signalled = this.#signalCancel([runs.active.run.id])
+      if (options.onlyFirst) return cancellation
+    }
+    const queued = runs.queue.filter((e) => e.stored).slice(0, options.onlyFirst ? 1 : undefined)
+    for (const entry of queued) this.#remove(sessionId, entry)
+    cancellation.dequeued = queued.map((e) => e.run)
+    return cancellation
+  }
+
+  async deliver(sessionId: string, callId: string, signal: CallSignal): Promise<void> {
+    const active = this.#sessions.get(sessionId)?.active
+    const handler = active ? this.#signals.get(active.run.id) : undefined
+    if (!handler?.signal(callId, signal)) {
+      const what = signal.kind === 'approval' ? 'an approval' : 'a client tool result'
+      throw new AgentError('NOT_AWAITING', `Call ${callId} is not waiting for ${what}`, { callId })
+    }
+  }
+
+  async orphans(): Promise<RunRecord[]> {
+    // The store is this process's alone: whatever was unfinished when it opened is orphaned.
+    if (this.#orphansTaken) return []
+    this.#orphansTaken = true
+    return this.#store.listUnfinishedRuns()
+  }
+
+  async requeue(session: SessionRecord, run: RunRecord): Promise<void> {
+    this.#runsOf(session.id).queue.push({ run, tenant: session.tenant, stored: true })
+    this.#count(session.tenant, +1)
+    this.#announce(session.id)
+  }
+
+  async drainQueued(): Promise<RunRecord[]> {
+    this.#draining = true
+    const queued: RunRecord[] = []
+    for (const [sessionId, runs] of this.#sessions) {
+      for (const entry of runs.queue.filter((e) => e.stored)) {
+        this.#remove(sessionId, entry)
+        queued.push(entry.run)
+      }
+    }
+    return queued
+  }
+
+  waitFor(sessionId: string, runId: string, options: { untilPause?: boolean } = {}): Promise<RunRecord | null> {
+    return waitForRun(this.#bus, this.#store, sessionId, runId, options.untilPause ?? false)
+  }
+
+  onQueued(listener: (sessionId: string) => void): () => void {
+    this.#queuedListeners.add(listener)
+    return () => this.#queuedListeners.delete(listener)
+  }
+
+  async close(): Promise<void> {
+    this.#queuedListeners.clear()
+  }
+
+  #runsOf(sessionId: string): SessionRuns {
+    let runs = this.#sessions.get(sessionId)
+    if (!runs) {
+      runs = { active: null, queue: [] }
+      this.#sessions.set(sessionId, runs)
+    }
+    return runs
+  }
+
+  #remove(sessionId: string, entry: QueueEntry): void {
+    const runs = this.#sessions.get(sessionId)
+    if (!runs) return
+    const at = runs.queue.indexOf(entry)
+    if (at < 0) return
+    runs.queue.splice(at, 1)
+    this.#count(entry.tenant, -1)
+    if (!runs.active && runs.queue.length === 0) this.#sessions.delete(sessionId)
+  }
+
+  #signalCancel(runIds: string[]): string[] {
+    for (const id of runIds) {
+      const signals = this.#signals.get(id)
+      if (signals) signals.cancel()
+      else this.#pendingCancels.add(id)
+    }
+    return runIds
+  }
+
+  #count(tenant: string, delta: number): void {
+    const next = (this.#tenantRuns.get(tenant) ?? 0) + delta
+    if (next > 0) this.#tenantRuns.set(tenant, next)
+    else this.#tenantRuns.delete(tenant)
+  }
+
+  #announce(sessionId: string): void {
+    for (const listener of [...this.#queuedListeners]) listener(sessionId)
+  }
+}

@@ -1,0 +1,100 @@
+import { classifyModelError } from '../model/model-errors.ts'
+import { ModelError } from '../model/types.ts'
+import type { Usage } from '../schemas/common.ts'
+import type { toChatMessages } from './conversation.ts'
+import { retryDelayMs, shouldRetry, sleep } from './retry.ts'
+import { RunFailure, type RunContext } from './run-context.ts'
+import type { SessionToolSet } from './tool-set.ts'
+
+/** What the model answered in one step. */
+export interface ModelAnswer {
+  text: string
+  toolCalls: Array<{ name: string; arguments: string }>
+  usage: Usage | null
+}
+
+interface TextBlock {
+  started: boolean
+  value: string
+}
+
+interface ThinkingBlock extends TextBlock {
+  ended: boolean
+}
+
+/**
+ * One model call with the retry policy of SPEC 5.1, streaming text and reasoning as events. A
+ * failure the policy does not retry (or one after the first token) ends the run: RunFailure.
+ */
+export async function callModel(
+  ctx: RunContext,
+  tools: SessionToolSet,
+  step: number,
+  messages: ReturnType<typeof toChatMessages>
+): Promise<ModelAnswer> {
+  const { model, retryPolicy } = ctx.deps
+  for (let attempt = 0; ; attempt++) {
+    const text: TextBlock = { started: false, value: '' }
+    const reasoning: ThinkingBlock = { started: false, ended: false, value: '' }
+    const toolCalls: Array<{ name: string; arguments: string }> = []
+    let usage: Usage | null = null
+    let firstTokenSeen = false
+    try {
+      const request = {
+        model: ctx.session.model,
+        messages,
+        ...(tools.definitions.length > 0 ? { tools: tools.definitions } : {})
+      }
+      for await (const part of model.stream(request, { signal: ctx.signal, requestId: ctx.run.requestId })) {
+        firstTokenSeen = true
+        if (part.type === 'text') {
+          if (reasoning.started && !reasoning.ended) await endThinking(ctx, step, reasoning)
+          if (!text.started) await ctx.emit('progress', 'text_chunk_start', { step })
+          text.started = true
+          text.value += part.delta
+          ctx.emitSoon('progress', 'text_chunk', { step, delta: part.delta })
+        } else if (part.type === 'reasoning') {
+          if (!reasoning.started) await ctx.emit('progress', 'think_chunk_start', { step })
+          reasoning.started = true
+          reasoning.value += part.delta
+          ctx.emitSoon('progress', 'think_chunk', { step, delta: part.delta })
+        } else if (part.type === 'tool_call') {
+          toolCalls.push({ name: part.name, arguments: part.arguments })
+        } else {
+          usage = part.usage
+        }
+      }
+      await closeBlocks(ctx, step, text, reasoning)
+      return { text: text.value, toolCalls, usage }
+    } catch (err) {
+      if (ctx.signal.aborted) throw err
+      const error = err instanceof ModelError ? err : classifyModelError(err)
+      if (!firstTokenSeen && shouldRetry(error, attempt, retryPolicy)) {
+        const delayMs = retryDelayMs(retryPolicy, attempt, error.retryAfterMs)
+        ctx.log.warn({ code: error.classified.code, status: error.status, attempt: attempt + 1, delayMs }, 'model call failed, retrying')
+        await ctx.emit('monitor', 'model_retry', { attempt: attempt + 1, delayMs, code: error.classified.code, status: error.status })
+        await sleep(delayMs, ctx.signal)
+        continue
+      }
+      // Close what was opened so a client's text assembly stays balanced.
+      await closeBlocks(ctx, step, text, reasoning)
+      const exhausted = error.classified.retryable && firstTokenSeen === false
+      throw new RunFailure({
+        ...error.classified,
+        fatal: true,
+        ...(exhausted ? { message: `${error.classified.message} (gave up after ${attempt} retries)` } : {})
+      }, 'model')
+    }
+  }
+}
+
+async function endThinking(ctx: RunContext, step: number, reasoning: ThinkingBlock): Promise<void> {
+  reasoning.ended = true
+  await ctx.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+}
+
+/** Ends the thinking and text blocks a model call opened (…_chunk_end), at its end or its failure. */
+async function closeBlocks(ctx: RunContext, step: number, text: TextBlock, reasoning: ThinkingBlock): Promise<void> {
+  if (reasoning.started && !reasoning.ended) await endThinking(ctx, step, reasoning)
+  if (text.started) await ctx.emit('progress', 'text_chunk_end', { step, text: text.value })
+}

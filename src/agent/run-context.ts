@@ -1,0 +1,126 @@
+import type { Logger } from 'pino'
+import type { EventLog } from '../events/event-log.ts'
+import type { ModelProvider } from '../model/types.ts'
+import type { ClassifiedError } from '../schemas/common.ts'
+import type { EventChannel, EventRecord, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, StoreWrite } from '../store/store.ts'
+import type { RetryPolicy } from './retry.ts'
+import { isFinal } from './wait-for-run.ts'
+
+/** What every run needs from the service. */
+export interface RunDependencies {
+  store: Store
+  events: EventLog
+  model: ModelProvider
+  retryPolicy: RetryPolicy
+  logger: Logger
+  /** Server upper bounds; the session's limits may lower them. */
+  maxSteps: number
+}
+
+export type RunPhase = 'model' | 'tool' | 'system'
+
+/** Raised inside the loop to end the run as failed with a classified error. */
+export class RunFailure extends Error {
+  readonly error: ClassifiedError
+  readonly phase: RunPhase
+  constructor(error: ClassifiedError, phase: RunPhase) {
+    super(error.message)
+    this.error = error
+    this.phase = phase
+  }
+}
+
+export const now = (): string => new Date().toISOString()
+
+/**
+ * One run's view of the service, shared by its phases (model turn, tool call, recovery): the
+ * session and the run record, and how the run's writes are committed. Writes that belong
+ * together are built as StoreWrites and committed as one unit of work (`commit`).
+ */
+export class RunContext {
+  readonly session: SessionRecord
+  readonly run: RunRecord
+  readonly deps: RunDependencies
+  readonly signal: AbortSignal
+  readonly log: Logger
+  /** The step the run is in (1-based; 0 before the first model call). */
+  step = 0
+  /** The first failure of an event emitted without waiting (emitSoon); the next awaited commit throws it. */
+  #unsentError: unknown = null
+
+  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal) {
+    this.session = session
+    this.run = run
+    this.deps = deps
+    this.signal = signal
+    this.log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
+  }
+
+  /** An event of this run, as a write of a unit of work. */
+  event(channel: EventChannel, type: string, data: Record<string, unknown>): StoreWrite {
+    return {
+      type: 'event',
+      event: { sessionId: this.session.id, runId: this.run.id, channel, type, at: now(), requestId: this.run.requestId, data }
+    }
+  }
+
+  /** Commits the writes as one unit of work, then publishes their events; resolves once committed. */
+  async commit(writes: StoreWrite[]): Promise<EventRecord[]> {
+    const events = await this.deps.events.commit(this.session.id, writes)
+    if (this.#unsentError !== null) {
+      const err = this.#unsentError
+      this.#unsentError = null
+      throw err
+    }
+    return events
+  }
+
+  /** Emits one event of this run; resolves once it (and every event emitted before it) is committed. */
+  async emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<void> {
+    await this.commit([this.event(channel, type, data)])
+  }
+
+  /**
+   * Emits without waiting for the commit, for the stream of text deltas: the loop reads the next
+   * chunk while this one is stored. It is still committed before it is published, in order; a
+   * failure surfaces at the next awaited commit (at the latest, the end of the text).
+   */
+  emitSoon(channel: EventChannel, type: string, data: Record<string, unknown>): void {
+    this.deps.events.commit(this.session.id, [this.event(channel, type, data)]).catch((err: unknown) => {
+      this.#unsentError ??= err
+    })
+  }
+
+  /** Moves the run (and its session) to a new status: the writes, with a state_changed event; none when unchanged. */
+  statusChange(status: RunStatus): StoreWrite[] {
+    const from = this.run.status
+    if (from === status) return []
+    this.run.status = status
+    const patch: Partial<RunRecord> = { status }
+    if (status === 'running' && !this.run.startedAt) patch.startedAt = this.run.startedAt = now()
+    if (isFinal(status)) patch.endedAt = this.run.endedAt = now()
+    return [
+      { type: 'run', id: this.run.id, patch },
+      { type: 'session', id: this.session.id, patch: { status: sessionStatusOf(status) } },
+      this.event('monitor', 'state_changed', { from, to: status })
+    ]
+  }
+
+  /** Moves the run to a new status, committed on its own. */
+  async setStatus(status: RunStatus): Promise<void> {
+    const writes = this.statusChange(status)
+    if (writes.length > 0) await this.commit(writes)
+  }
+}
+
+/** The session's status while its active run has this status. */
+function sessionStatusOf(status: RunStatus): SessionStatus {
+  switch (status) {
+    case 'running':
+    case 'awaiting_approval':
+    case 'awaiting_tool_result':
+      return status
+    default:
+      return 'idle'
+  }
+}

@@ -1,0 +1,60 @@
+import type { ClassifiedError } from '../schemas/common.ts'
+import { unansweredCalls } from '../store/history.ts'
+import type { MessageToolCall, RunStatus, StoreWrite, ToolCallRecord } from '../store/store.ts'
+import { toolInterrupted } from './classify.ts'
+import { now, type RunContext, type RunPhase } from './run-context.ts'
+import { sealCall } from './tool-call.ts'
+
+export type DoneReason = 'completed' | 'interrupted' | 'failed' | 'max_steps'
+
+/** Records the end of the run as one unit of work: its error (if any), its final status, then done. */
+export async function closeRun(ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase): Promise<void> {
+  const writes: StoreWrite[] = []
+  if (error) {
+    ctx.run.error = error
+    writes.push(
+      { type: 'run', id: ctx.run.id, patch: { error } },
+      ctx.event('monitor', 'error', { severity: 'error', phase, message: error.message, detail: error })
+    )
+  }
+  writes.push(...ctx.statusChange(status), ctx.event('progress', 'done', { step: ctx.step, reason, runId: ctx.run.id }))
+  await ctx.commit(writes)
+}
+
+/** Ends the run after a failure or interrupt, sealing its open calls; a store that fails here too is logged, never thrown. */
+export async function endRun(ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase = 'system'): Promise<void> {
+  try {
+    await sealOpenCalls(ctx)
+    await closeRun(ctx, status, reason, error, phase)
+  } catch (err) {
+    ctx.log.error({ err, status, reason }, 'could not record the end of the run')
+    ctx.run.status = status
+    ctx.run.error = error
+    ctx.run.endedAt ??= now()
+  }
+}
+
+/** After an interrupt mid-step: every call of this run without a tool message gets one. */
+export async function sealOpenCalls(ctx: RunContext): Promise<void> {
+  for (const { call, record } of await openCalls(ctx)) {
+    await sealCall(ctx, record, toolInterrupted(call.name), Date.parse(record.startedAt))
+  }
+}
+
+/** This run's tool calls that have no tool message yet, with their stored state (or a new one). */
+export async function openCalls(ctx: RunContext): Promise<Array<{ call: MessageToolCall; record: ToolCallRecord }>> {
+  const { store } = ctx.deps
+  const messages = await store.listMessages(ctx.session.id)
+  const open: Array<{ call: MessageToolCall; record: ToolCallRecord }> = []
+  for (const call of unansweredCalls(messages, ctx.run.id)) {
+    const existing = await store.getToolCall(ctx.session.id, call.id)
+    open.push({
+      call,
+      record: existing ?? {
+        id: call.id, sessionId: ctx.session.id, runId: ctx.run.id, step: ctx.step, name: call.name,
+        input: call.arguments, state: 'pending', startedAt: now(), endedAt: null, durationMs: null
+      }
+    })
+  }
+  return open
+}

@@ -1,0 +1,187 @@
+import { newId } from '../ids.ts'
+import type { ClassifiedError } from '../schemas/common.ts'
+import type { MessageRecord, MessageToolCall, StoreWrite, ToolCallRecord } from '../store/store.ts'
+import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from './classify.ts'
+import type { ApprovalDecision, ClientToolResult } from './run-coordinator.ts'
+import { now, type RunContext } from './run-context.ts'
+import type { SessionToolSet } from './tool-set.ts'
+
+/** How a tool call that the service runs is executed (the isolation runtime). */
+export type ExecuteTool = (
+  call: ToolCallRecord,
+  signal: AbortSignal,
+  /** A tool's custom progress event (ToolContext.emit), published as `tool:<type>`. */
+  emit: (type: string, data: Record<string, unknown>) => Promise<unknown>
+) => Promise<ToolOutcome>
+
+export type ToolOutcome = { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
+
+/** What a run's tool calls need besides the context: its tools and how to wait for people and clients. */
+export interface ToolCallHooks {
+  tools: SessionToolSet
+  executeTool: ExecuteTool
+  waitForApproval(call: ToolCallRecord, signal: AbortSignal): Promise<ApprovalDecision>
+  waitForToolResult(call: ToolCallRecord, signal: AbortSignal): Promise<ClientToolResult>
+}
+
+/** Thrown when the run was interrupted during a call (which is sealed by then). */
+export class CallInterrupted extends Error {
+  constructor() {
+    super('interrupted')
+  }
+}
+
+/**
+ * Runs one tool call through approval, the client or the runtime, and returns the tool message
+ * that answers it. The call's final state, its events and its answer commit as one unit of work.
+ */
+export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall): Promise<MessageRecord> {
+  const startedAt = Date.now()
+  const parsed = parseArguments(call.arguments)
+  const record: ToolCallRecord = {
+    id: call.id, sessionId: ctx.session.id, runId: ctx.run.id, step, name: call.name,
+    input: parsed.ok ? parsed.value : call.arguments, state: 'pending', startedAt: new Date(startedAt).toISOString(),
+    endedAt: null, durationMs: null
+  }
+  await ctx.commit([saveCall(record), ctx.event('progress', 'tool:start', { call: snapshot(record) })])
+
+  let outcome: ToolOutcome
+  try {
+    const tool = hooks.tools.get(call.name)
+    const approval = tool && parsed.ok ? await approve(ctx, hooks, record) : null
+    if (!tool) {
+      outcome = { ok: false, error: toolNotFound(call.name, hooks.tools.names) }
+    } else if (!parsed.ok) {
+      outcome = { ok: false, error: invalidArguments(call.name, parsed.message) }
+    } else if (approval?.decision === 'deny') {
+      outcome = { ok: false, error: deniedByUser(call.name, approval.note) }
+    } else if (tool.kind === 'client') {
+      const invalid = tool.check(parsed.value)
+      outcome = invalid ? { ok: false, error: invalid } : await awaitClient(ctx, hooks, record)
+    } else {
+      record.state = 'executing'
+      await ctx.commit([saveCall(record)])
+      outcome = await hooks.executeTool(record, ctx.signal, (type, data) =>
+        ctx.emit('progress', `tool:${type}`, { callId: record.id, name: record.name, ...data }))
+    }
+  } catch (err) {
+    if (ctx.signal.aborted) {
+      await sealCall(ctx, record, toolInterrupted(call.name), startedAt)
+      throw err
+    }
+    outcome = { ok: false, error: classifyException(err, 'tool') }
+  }
+  if (ctx.signal.aborted && !outcome.ok && outcome.error.errorType === 'aborted') {
+    await sealCall(ctx, record, outcome.error, startedAt)
+    throw new CallInterrupted()
+  }
+
+  record.endedAt = now()
+  record.durationMs = Date.now() - startedAt
+  const message = toolMessage(ctx.session.id, ctx.run.id, record.id, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
+  const writes: StoreWrite[] = []
+  if (outcome.ok) {
+    record.state = 'completed'
+    record.result = outcome.result
+    writes.push(saveCall(record), ctx.event('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true }))
+  } else {
+    record.state = outcome.error.code === 'DENIED_BY_USER' ? 'denied' : 'failed'
+    record.error = outcome.error
+    writes.push(
+      saveCall(record),
+      ctx.event('progress', 'tool:error', { call: snapshot(record), error: outcome.error }),
+      ctx.event('monitor', 'error', { severity: 'warn', phase: 'tool', message: outcome.error.message, detail: outcome.error }),
+      ctx.event('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: false })
+    )
+  }
+  writes.push(ctx.event('progress', 'tool:end', { call: snapshot(record) }), { type: 'message', message })
+  await ctx.commit(writes)
+  return message
+}
+
+/** Waits for a person's decision when the session's approval policy covers this call; allows it otherwise. */
+async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord): Promise<ApprovalDecision> {
+  const { approval } = ctx.session
+  const needed = approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
+  if (!needed) return { decision: 'allow', note: null }
+  record.state = 'approval_required'
+  await ctx.commit([
+    saveCall(record), ...ctx.statusChange('awaiting_approval'), ctx.event('control', 'permission_required', { call: snapshot(record) })
+  ])
+  const { decision, note } = await hooks.waitForApproval(record, ctx.signal)
+  await ctx.commit([ctx.event('control', 'permission_decided', { callId: record.id, decision, note }), ...ctx.statusChange('running')])
+  return { decision, note }
+}
+
+async function awaitClient(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord): Promise<ToolOutcome> {
+  record.state = 'executing'
+  await ctx.commit([
+    saveCall(record), ...ctx.statusChange('awaiting_tool_result'), ctx.event('control', 'tool_result_required', { call: snapshot(record) })
+  ])
+  const answer = await hooks.waitForToolResult(record, ctx.signal)
+  await ctx.setStatus('running')
+  if ('error' in answer) {
+    return {
+      ok: false,
+      error: classified({
+        errorType: 'runtime', code: 'UNKNOWN', message: `The client's ${record.name} failed: ${answer.error}`,
+        recommendations: [`The client reported an error from ${record.name}; check its input or try another way.`]
+      })
+    }
+  }
+  return { ok: true, result: answer.output }
+}
+
+/** Gives an unfinished call its final, sealed result so the history never holds a call without an answer. */
+export async function sealCall(ctx: RunContext, record: ToolCallRecord, error: ClassifiedError, startedAt: number): Promise<void> {
+  record.state = 'sealed'
+  record.error = error
+  record.endedAt = now()
+  record.durationMs = Date.now() - startedAt
+  await ctx.commit([
+    saveCall(record),
+    { type: 'message', message: toolMessage(ctx.session.id, ctx.run.id, record.id, toModelToolResult(error)) },
+    ctx.event('progress', 'tool:end', { call: snapshot(record) })
+  ])
+}
+
+/** The call's current state as a write (the record is copied when the write is prepared). */
+function saveCall(record: ToolCallRecord): StoreWrite {
+  return { type: 'toolCall', call: { ...record } }
+}
+
+function parseArguments(text: string): { ok: true; value: unknown } | { ok: false; message: string } {
+  if (text.trim() === '') return { ok: true, value: {} }
+  try {
+    return { ok: true, value: JSON.parse(text) }
+  } catch (err) {
+    return { ok: false, message: (err as Error).message }
+  }
+}
+
+function invalidArguments(toolName: string, reason: string): ClassifiedError {
+  return classified({
+    errorType: 'validation', code: 'VALIDATION_ERROR',
+    message: `The arguments of ${toolName} are not valid JSON: ${reason}`,
+    recommendations: [`Call ${toolName} again with its arguments as one JSON object matching its parameters schema.`]
+  })
+}
+
+/** A tool message answering one call; content is the result as the model will read it. */
+export function toolMessage(sessionId: string, runId: string, callId: string, content: unknown): MessageRecord {
+  return {
+    id: newId('msg'), sessionId, runId, role: 'tool', toolCallId: callId,
+    content: typeof content === 'string' ? content : JSON.stringify(content ?? null), createdAt: now()
+  }
+}
+
+/** The ToolCallSnapshot of SPEC 4. */
+export function snapshot(call: ToolCallRecord): Record<string, unknown> {
+  const view: Record<string, unknown> = {
+    id: call.id, name: call.name, input: call.input, state: call.state, startedAt: call.startedAt,
+    endedAt: call.endedAt, durationMs: call.durationMs
+  }
+  if (call.result !== undefined) view.result = call.result
+  if (call.error !== undefined) view.error = call.error
+  return view
+}

@@ -1,0 +1,157 @@
+import type { Store, SessionRecord, NewEvent, RunRecord, MessageRecord, StoreWrite } from '../../src/store/store.ts'
+import type { TapTest } from '../helpers/app.ts'
+
+/**
+ * The behaviour every Store implementation must have (STYLE 13). Each implementation's test file
+ * calls storeContract with a factory that opens a fresh, migrated store (and removes it after).
+ */
+export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>): void {
+  const now = () => new Date().toISOString()
+  const session = (id: string, tenant = 't'): SessionRecord => ({
+    id, tenant, createdAt: now(), updatedAt: now(), status: 'idle', model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  })
+  const event = (sessionId: string, type = 'x', runId: string | null = null): NewEvent =>
+    ({ sessionId, runId, channel: 'monitor', type, at: now(), requestId: null, data: { type } })
+  const run = (id: string, sessionId: string): RunRecord => ({
+    id, sessionId, status: 'queued', requestId: 'req_1', steps: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 },
+    error: null, messageId: `msg_${id}`, input: 'hi', createdAt: now(), startedAt: null, endedAt: null
+  })
+  const message = (id: string, sessionId: string, fields: Partial<MessageRecord> = {}): MessageRecord =>
+    ({ id, sessionId, runId: null, role: 'user', content: id, createdAt: now(), ...fields })
+  const ev = (e: NewEvent): StoreWrite => ({ type: 'event', event: e })
+
+  t.test('events get one gap-free seq per session, also when commits race', async (t) => {
+    const store = await open(t)
+    await Promise.all([store.createSession(session('ses_a')), store.createSession(session('ses_b'))])
+    const stored = await Promise.all([
+      store.commit([ev(event('ses_a'))]), store.commit([ev(event('ses_b'))]), store.commit([ev(event('ses_a')), ev(event('ses_a'))]),
+      store.commit([ev(event('ses_b'))])
+    ])
+    t.same(stored.map((events) => events.map((e) => [e.sessionId, e.seq])), [[['ses_a', 1]], [['ses_b', 1]], [['ses_a', 2], ['ses_a', 3]], [['ses_b', 2]]])
+    t.equal((await store.getSessionById('ses_a'))?.lastSeq, 3, 'the session knows its last seq')
+    t.same((await store.listEvents('ses_a', { after: 1 })).map((e) => e.seq), [2, 3])
+    t.same((await store.listEvents('ses_a', { after: 0, limit: 1 })).map((e) => e.seq), [1])
+    await t.rejects(store.commit([ev(event('ses_missing'))]), 'an event of no session is refused')
+  })
+
+  t.test('a unit of work commits all of its writes or none of them', async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_u'))
+    await store.commit([{ type: 'newRun', run: run('run_1', 'ses_u') }])
+    await t.rejects(store.commit([
+      ev(event('ses_u', 'lost')),
+      { type: 'run', id: 'run_1', patch: { status: 'running' } },
+      { type: 'message', message: message('msg_1', 'ses_u') },
+      { type: 'message', message: message('msg_1', 'ses_u') }
+    ]), 'a duplicate message fails the unit')
+    t.same(await store.listEvents('ses_u', { after: 0 }), [], 'its event is not stored')
+    t.equal((await store.getRun('ses_u', 'run_1'))?.status, 'queued', 'nor its run change')
+    t.same(await store.listMessages('ses_u'), [])
+    const [next] = await store.commit([ev(event('ses_u', 'kept'))])
+    t.equal(next?.seq, 1, 'the failed unit used no seq')
+  })
+
+  t.test('run, session, usage and tool-call writes', async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_w'))
+    await store.commit([
+      { type: 'newRun', run: run('run_a', 'ses_w') },
+      { type: 'newRun', run: run('run_b', 'ses_w') }
+    ])
+    await store.commit([
+      { type: 'run', id: 'run_a', patch: { status: 'running', steps: 2, startedAt: now() } },
+      { type: 'session', id: 'ses_w', patch: { status: 'running' } },
+      { type: 'usage', sessionId: 'ses_w', usage: { inputTokens: 3, outputTokens: 4, totalTokens: 7 } },
+      { type: 'usage', sessionId: 'ses_w', usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2 } },
+      {
+        type: 'toolCall',
+        call: { id: 'call_1', sessionId: 'ses_w', runId: 'run_a', step: 1, name: 'fs_read', input: { path: 'a' }, state: 'executing', startedAt: now(), endedAt: null, durationMs: null }
+      }
+    ])
+    t.match(await store.getRun('ses_w', 'run_a'), { status: 'running', steps: 2 })
+    t.match(await store.getSessionById('ses_w'), { status: 'running', usage: { inputTokens: 4, outputTokens: 5, totalTokens: 9 } })
+    t.same((await store.listUnfinishedRuns()).map((r) => r.id), ['run_a', 'run_b'], 'unfinished runs in the order they were accepted')
+    await store.commit([{
+      type: 'toolCall',
+      call: { id: 'call_1', sessionId: 'ses_w', runId: 'run_a', step: 1, name: 'fs_read', input: { path: 'a' }, state: 'completed', startedAt: now(), endedAt: now(), durationMs: 5, result: { ok: 1 } }
+    }])
+    t.match(await store.getToolCall('ses_w', 'call_1'), { state: 'completed', result: { ok: 1 }, durationMs: 5 }, 'a call is replaced by its new state')
+    t.equal((await store.listToolCalls('run_a')).length, 1)
+    t.equal(await store.getRun('ses_other', 'run_a'), null, 'a run is found only in its session')
+  })
+
+  t.test('a fork holds only finished runs and seals calls without an answer', async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_src'))
+    const call = { id: 'call_open', name: 'fs_read', arguments: '{}' }
+    // run_1 finished (seq 1-2); run_2 started at seq 3 and has not finished.
+    await store.commit([ev(event('ses_src', 'state_changed', 'run_1')), { type: 'message', message: message('msg_u1', 'ses_src', { runId: 'run_1' }) }])
+    await store.commit([
+      { type: 'message', message: message('msg_a1', 'ses_src', { runId: 'run_1', role: 'assistant', toolCalls: [call] }) },
+      ev(event('ses_src', 'done', 'run_1'))
+    ])
+    await store.commit([ev(event('ses_src', 'state_changed', 'run_2')), { type: 'message', message: message('msg_u2', 'ses_src', { runId: 'run_2' }) }])
+    await store.commit([ev(event('ses_src', 'text_chunk', 'run_2'))])
+    let ids = 0
+    const sealing = { newMessageId: () => `msg_fork${++ids}`, sealedAnswer: (name: string) => `sealed ${name}` }
+
+    const fork = await store.forkSession('ses_src', { ...session('ses_f1'), forkedFrom: { sessionId: 'ses_src', atSeq: 4 } }, 4, sealing)
+    t.equal(fork.lastSeq, 2, 'a point inside run_2 moves back to before it')
+    t.same((await store.listEvents('ses_f1', { after: 0 })).map((e) => [e.seq, e.type]), [[1, 'state_changed'], [2, 'done']])
+    const messages = await store.listMessages('ses_f1')
+    t.same(messages.map((m) => [m.role, m.content]), [['user', 'msg_u1'], ['assistant', 'msg_a1'], ['tool', 'sealed fs_read']],
+      'the unanswered call is sealed, and run_2 is not copied')
+    t.equal(messages.find((m) => m.role === 'tool')?.toolCallId, 'call_open')
+    t.equal((await store.getSessionById('ses_f1'))?.lastSeq, 2)
+    const [next] = await store.commit([ev(event('ses_f1'))])
+    t.equal(next?.seq, 3, "the fork's seq goes on from its last event")
+
+    const whole = await store.forkSession('ses_src', session('ses_f2'), 2, sealing)
+    t.equal(whole.lastSeq, 2, 'a point after a finished run stays')
+    t.equal(await store.countSessions('t'), 3)
+  })
+
+  t.test('sessions: tenants, pages, counts and deletion of everything a session has', async (t) => {
+    const store = await open(t)
+    await Promise.all(['ses_1', 'ses_2', 'ses_3'].map((id) => store.createSession(session(id, id === 'ses_3' ? 'b' : 'a'))))
+    t.equal(await store.getSession('b', 'ses_1'), null, "another tenant's session is not found")
+    t.same((await store.listSessions('a', { limit: 10 })).map((s) => s.id), ['ses_2', 'ses_1'], 'newest first')
+    t.same((await store.listSessions('a', { limit: 10, before: 'ses_2' })).map((s) => s.id), ['ses_1'])
+    t.equal(await store.countSessions('a'), 2)
+    await store.commit([ev(event('ses_1')), { type: 'newRun', run: run('run_x', 'ses_1') }, { type: 'message', message: message('msg_x', 'ses_1') }])
+    t.equal(await store.deleteSession('b', 'ses_1'), false, 'another tenant cannot delete it')
+    t.equal(await store.deleteSession('a', 'ses_1'), true)
+    t.equal(await store.countSessions('a'), 1)
+    t.same(await store.listEvents('ses_1', { after: 0 }), [])
+    t.same(await store.listMessages('ses_1'), [])
+    t.equal(await store.getRun('ses_1', 'run_x'), null)
+  })
+
+  t.test('idempotency: claims, replays, mismatches, leases and retention', async (t) => {
+    const store = await open(t)
+    const at = (ms: number) => new Date(Date.now() + ms).toISOString()
+    const claim = { tenant: 'a', key: 'k1', fingerprint: 'f1', createdAt: at(0), leaseUntil: at(30_000) }
+    t.same(await store.claimIdempotency(claim), { state: 'claimed' })
+    t.same(await store.claimIdempotency(claim), { state: 'in_progress' }, 'held while its lease runs')
+    t.same(await store.claimIdempotency({ ...claim, fingerprint: 'f2' }), { state: 'mismatch' })
+    await store.completeIdempotency('a', 'k1', { status: 201, body: { id: 1 } })
+    t.same(await store.claimIdempotency(claim), { state: 'completed', status: 201, body: { id: 1 } })
+    t.same(await store.claimIdempotency({ ...claim, tenant: 'b' }), { state: 'claimed' }, 'another tenant has its own keys')
+
+    const lapsing = { tenant: 'a', key: 'k2', fingerprint: 'f1', createdAt: at(0), leaseUntil: at(50) }
+    t.same(await store.claimIdempotency(lapsing), { state: 'claimed' })
+    await store.renewIdempotency('a', 'k2', at(100))
+    t.same(await store.claimIdempotency({ ...lapsing, createdAt: at(60) }), { state: 'in_progress' }, 'a renewed claim holds')
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    t.same(await store.claimIdempotency({ ...lapsing, createdAt: at(0), leaseUntil: at(30_000) }), { state: 'claimed' },
+      'a claim whose holder stopped renewing it is taken over')
+    await store.releaseIdempotency('a', 'k2')
+    t.same(await store.claimIdempotency({ ...lapsing, fingerprint: 'f9', leaseUntil: at(30_000) }), { state: 'claimed' }, 'a released key is free')
+
+    const old = { tenant: 'c', key: 'k3', fingerprint: 'f1', createdAt: new Date(Date.now() - 25 * 3600_000).toISOString(), leaseUntil: at(0) }
+    await store.claimIdempotency(old)
+    await store.completeIdempotency('c', 'k3', { status: 200, body: null })
+    t.equal(await store.purgeIdempotency(new Date(Date.now() - 24 * 3600_000)), 1, 'the 25 h old record is purged')
+  })
+}
