@@ -3,22 +3,15 @@ import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
 import { classifyModelError } from '../model/model-errors.ts'
 import { ModelError, type ModelProvider } from '../model/types.ts'
+import { classified, classifyException } from '../errors/classified.ts'
 import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
 import type {
   EventChannel, EventRecord, MessageRecord, MessageToolCall, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, ToolCallRecord
 } from '../store/store.ts'
-import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
+import { deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from '../tools/tool-errors.ts'
+import type { ExecuteTool, SessionToolSet } from '../tools/tool-set.ts'
 import { toChatMessages } from './conversation.ts'
 import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
-import type { SessionToolSet } from './tool-set.ts'
-
-/** How a tool call that the service runs is executed (the isolation runtime). */
-export type ExecuteTool = (
-  call: ToolCallRecord,
-  signal: AbortSignal,
-  /** A tool's custom progress event (ToolContext.emit), published as `tool:<type>`. */
-  emit: (type: string, data: Record<string, unknown>) => Promise<unknown>
-) => Promise<{ ok: true; result: unknown } | { ok: false; error: ClassifiedError }>
 
 export interface ApprovalDecision {
   decision: 'allow' | 'deny'

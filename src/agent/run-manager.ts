@@ -4,10 +4,10 @@ import type { EventLog } from '../events/event-log.ts'
 import type { ModelProvider } from '../model/types.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
+import type { ExecuteTool, SessionToolSet } from '../tools/tool-set.ts'
 import { AgentError } from './agent-error.ts'
 import type { RetryPolicy } from './retry.ts'
-import { RunExecution, type ApprovalDecision, type ClientToolResult, type ExecuteTool } from './run-execution.ts'
-import type { SessionToolSet } from './tool-set.ts'
+import { RunExecution, type ApprovalDecision, type ClientToolResult } from './run-execution.ts'
 
 export type OnBusy = 'reject' | 'enqueue' | 'interrupt'
 
