@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import { Agent, request, type Dispatcher } from 'undici'
-import { errnoFamily } from '../../errors/errno.ts'
+import { errnoFamily, errnoOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import { pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
 import { CappedBuffer } from '../output.ts'
@@ -126,11 +126,11 @@ async function send(
     return await request(url, { dispatcher: agent, method: method as Dispatcher.HttpMethod, headers, body, signal })
   } catch (err) {
     if (signal.aborted) throw err
-    const code = (err as { code?: unknown }).code
+    const code = errnoOf(err)
     throw new ToolFailure(
-      errnoFamily(typeof code === 'string' ? code : undefined) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
+      errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
       `The request to ${url.host} failed: ${(err as Error).message}`,
-      { url: url.href, ...(typeof code === 'string' ? { errno: code } : {}) },
+      { url: url.href, ...(code !== undefined ? { errno: code } : {}) },
       { errorType: 'runtime', cause: err }
     )
   }
