@@ -4,7 +4,7 @@ import type { Usage } from '../schemas/common.ts'
 import type { toChatMessages } from './conversation.ts'
 import { retryDelayMs, shouldRetry, sleep } from './retry.ts'
 import { RunFailure, type RunContext } from './run-context.ts'
-import type { SessionToolSet } from './tool-set.ts'
+import type { SessionToolSet } from '../tools/tool-set.ts'
 
 /** What the model answered in one step. */
 export interface ModelAnswer {

@@ -1,6 +1,6 @@
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { RunRecord, SessionRecord } from '../store/store.ts'
-import { classified } from './classify.ts'
+import { classified } from '../errors/classified.ts'
 import { now, RunContext, type RunDependencies } from './run-context.ts'
 import { endRun, openCalls } from './run-end.ts'
 import { sealCall } from './tool-call.ts'

@@ -1,7 +1,7 @@
 import type { ClassifiedError } from '../schemas/common.ts'
 import { unansweredCalls } from '../store/history.ts'
 import type { MessageToolCall, RunStatus, StoreWrite, ToolCallRecord } from '../store/store.ts'
-import { toolInterrupted } from './classify.ts'
+import { toolInterrupted } from '../tools/tool-errors.ts'
 import { now, type RunContext, type RunPhase } from './run-context.ts'
 import { sealCall } from './tool-call.ts'
 

@@ -1,7 +1,7 @@
 import { newId } from '../ids.ts'
 import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
 import type { MessageRecord, MessageToolCall, RunRecord, SessionRecord } from '../store/store.ts'
-import { classified, classifyException } from './classify.ts'
+import { classified, classifyException } from '../errors/classified.ts'
 import { toChatMessages } from './conversation.ts'
 import { callModel } from './model-turn.ts'
 import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'

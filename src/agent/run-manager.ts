@@ -9,7 +9,7 @@ import { abandonAfterRestart } from './recovery.ts'
 import type { RetryPolicy } from './retry.ts'
 import type { ApprovalDecision, CallSignal, ClientToolResult, OnBusy, RunCoordinator } from './run-coordinator.ts'
 import { RunExecution, type ExecuteTool, type RunDependencies } from './run-execution.ts'
-import type { SessionToolSet } from './tool-set.ts'
+import type { SessionToolSet } from '../tools/tool-set.ts'
 
 export type { OnBusy } from './run-coordinator.ts'
 

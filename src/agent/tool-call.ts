@@ -1,20 +1,13 @@
 import { newId } from '../ids.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { MessageRecord, MessageToolCall, StoreWrite, ToolCallRecord } from '../store/store.ts'
-import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from './classify.ts'
+import { classified, classifyException } from '../errors/classified.ts'
+import { deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from '../tools/tool-errors.ts'
+import type { ExecuteTool, SessionToolSet, ToolOutcome } from '../tools/tool-set.ts'
 import type { ApprovalDecision, ClientToolResult } from './run-coordinator.ts'
 import { now, type RunContext } from './run-context.ts'
-import type { SessionToolSet } from './tool-set.ts'
 
-/** How a tool call that the service runs is executed (the isolation runtime). */
-export type ExecuteTool = (
-  call: ToolCallRecord,
-  signal: AbortSignal,
-  /** A tool's custom progress event (ToolContext.emit), published as `tool:<type>`. */
-  emit: (type: string, data: Record<string, unknown>) => Promise<unknown>
-) => Promise<ToolOutcome>
-
-export type ToolOutcome = { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
+export type { ExecuteTool, ToolOutcome } from '../tools/tool-set.ts'
 
 /** What a run's tool calls need besides the context: its tools and how to wait for people and clients. */
 export interface ToolCallHooks {

@@ -4,7 +4,9 @@ import {
   APIError,
   APIUserAbortError
 } from 'openai'
-import type { ClassifiedError, ErrorType } from '../schemas/common.ts'
+import { classified } from '../errors/classified.ts'
+import { errnoFamily, errnoOf } from '../errors/errno.ts'
+import type { ErrorType } from '../schemas/common.ts'
 import { ModelError } from './types.ts'
 
 /** The model codes of SPEC 5.1. */
@@ -132,16 +134,16 @@ export interface CreateModelErrorOptions {
 export function createModelError(code: ModelErrorCode, message: string, options: CreateModelErrorOptions = {}): ModelError {
   const entry = modelErrorCatalogue[code]
   const retryable = options.retryable ?? entry.retryable
-  const classified: ClassifiedError = {
+  const error = classified({
     errorType: options.errorType ?? entry.errorType,
     code,
     message,
     retryable,
     fatal: !retryable,
-    recommendations: [...(options.recommendations ?? entry.recommendations)]
-  }
-  if (options.detail !== undefined) classified.detail = options.detail
-  return new ModelError(classified, {
+    recommendations: [...(options.recommendations ?? entry.recommendations)],
+    detail: options.detail
+  })
+  return new ModelError(error, {
     status: options.status ?? null,
     retryAfterMs: options.retryAfterMs ?? null,
     cause: options.cause
@@ -248,38 +250,16 @@ function classifyStreamedError(
   return createModelError('UNKNOWN', message, { ...opts, errorType: 'runtime' })
 }
 
-const timeoutCodes = new Set([
-  'UND_ERR_CONNECT_TIMEOUT',
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'ETIMEDOUT',
-  'ESOCKETTIMEDOUT'
-])
-const networkCodes = new Set([
-  'UND_ERR_SOCKET',
-  'UND_ERR_CLOSED',
-  'UND_ERR_DESTROYED',
-  'UND_ERR_CONNECT',
-  'ECONNRESET',
-  'ECONNREFUSED',
-  'ECONNABORTED',
-  'EPIPE',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENETDOWN'
-])
-
 /** Finds an undici or socket error code anywhere in the cause chain (fetch wraps them in `TypeError: fetch failed` / `terminated`). */
 function classifyTransportError(err: unknown): ModelError | null {
   for (const e of causeChain(err)) {
-    const code = (e as { code?: unknown }).code
-    if (typeof code !== 'string') continue
-    if (timeoutCodes.has(code)) {
+    const code = errnoOf(e)
+    if (code === undefined) continue
+    const family = errnoFamily(code)
+    if (family === 'timeout') {
       return createModelError('TIMEOUT', `The model call timed out (${code}).`, { cause: err, detail: { transportCode: code } })
     }
-    if (networkCodes.has(code)) {
+    if (family === 'network') {
       return createModelError('NETWORK_ERROR', `The connection to the model provider failed (${code}): ${(e as Error).message}`, {
         cause: err,
         detail: { transportCode: code }
@@ -291,8 +271,8 @@ function classifyTransportError(err: unknown): ModelError | null {
 
 function transportDetail(err: unknown): Record<string, unknown> | undefined {
   for (const e of causeChain(err)) {
-    const code = (e as { code?: unknown }).code
-    if (typeof code === 'string') return { transportCode: code }
+    const code = errnoOf(e)
+    if (code !== undefined) return { transportCode: code }
   }
   return undefined
 }

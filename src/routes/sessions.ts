@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { apiError, validationError } from '../http/errors.ts'
-import { toModelToolResult } from '../agent/classify.ts'
+import { toModelToolResult } from '../tools/tool-errors.ts'
 import { unfinishedCallError } from '../agent/recovery.ts'
 import { newId } from '../ids.ts'
 import { emptyUsage, errorResponses, ref } from '../schemas/common.ts'

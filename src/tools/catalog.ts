@@ -1,7 +1,5 @@
 import type { ChatCompletionTool } from 'openai/resources/chat/completions'
 import type { Logger } from 'pino'
-import type { ExecuteTool } from '../agent/run-execution.ts'
-import type { SessionTool, SessionToolSet } from '../agent/tool-set.ts'
 import type { Config } from '../config.ts'
 import type { ToolSpec } from '../schemas/tools.ts'
 import type { SessionRecord } from '../store/store.ts'
@@ -9,6 +7,7 @@ import { createBuiltinTools, DEFAULT_TOOL_NAMES } from './builtin/index.ts'
 import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
 import { createConcurrencyLimiter, runTool } from './runtime.ts'
+import type { ExecuteTool, SessionTool, SessionToolSet } from './tool-set.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
 
 /** A tool selection the server cannot honour (unknown name, host not allowed, bad schema). */

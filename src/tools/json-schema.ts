@@ -1,6 +1,6 @@
 import { Kind, Type, TypeRegistry, type TSchema } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { fieldErrors, validationFailure } from '../agent/classify.ts'
+import { fieldErrors, validationFailure } from './validation.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 
 /** A client's tool spec that cannot be used; `field` says where (e.g. `parameters.properties.n`). The route layer answers 400. */

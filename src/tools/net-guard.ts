@@ -1,6 +1,6 @@
 import { lookup as dnsLookup } from 'node:dns/promises'
 import { BlockList, isIP, type LookupFunction } from 'node:net'
-import { ToolFailure } from '../agent/classify.ts'
+import { ToolFailure } from './tool-errors.ts'
 
 const blockedV4 = new BlockList()
 for (const [net, prefix] of [

@@ -1,14 +1,9 @@
 import { performance } from 'node:perf_hooks'
-import {
-  classifyToolError,
-  classified,
-  isLogicalFailure,
-  toolInterrupted,
-  toolTimeout
-} from '../agent/classify.ts'
+import { classified } from '../errors/classified.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import { checkToolInput } from './json-schema.ts'
 import { truncateUtf8, truncationNote } from './output.ts'
+import { classifyToolError, isLogicalFailure, toolInterrupted, toolTimeout } from './tool-errors.ts'
 import type { Tool, ToolContext } from './types.ts'
 
 export interface RunToolOptions {
@@ -62,17 +57,17 @@ export async function runTool(tool: Tool, rawInput: unknown, ctx: ToolContext, o
       abortedSignal
     ])
     if (settled.kind === 'aborted') {
-      return failed(timedOut ? toolTimeout(tool.name, opts.timeoutMs, rawInput) : toolInterrupted(tool.name))
+      return failed(timedOut ? toolTimeout(tool, opts.timeoutMs, rawInput) : toolInterrupted(tool.name))
     }
     if (settled.kind === 'error' || isLogicalFailure(settled.value)) {
       const failure = settled.kind === 'error' ? settled.error : settled.value
-      return failed(capDetail(classifyToolError(tool.name, failure, rawInput, { workspace: ctx.workspace }), opts.maxOutputBytes))
+      return failed(capDetail(classifyToolError(tool, failure, rawInput, { workspace: ctx.workspace }), opts.maxOutputBytes))
     }
     const capped = capResult(settled.value, opts.maxOutputBytes)
     if (!capped.ok) return failed(capped.error)
     return { ok: true, result: capped.result, truncated: capped.truncated, durationMs: elapsed() }
   } catch (err) {
-    return failed(classifyToolError(tool.name, err, rawInput, { workspace: ctx.workspace }))
+    return failed(classifyToolError(tool, err, rawInput, { workspace: ctx.workspace }))
   } finally {
     clearTimeout(timer)
     ctx.signal.removeEventListener('abort', forwardAbort)

@@ -1,5 +1,6 @@
 import type { TSchema, Static } from '@sinclair/typebox'
 import type { Logger } from 'pino'
+import type { RecommendFn } from './tool-errors.ts'
 
 /** What a tool's execute() gets besides its (already validated) input. SPEC 7. */
 export interface ToolContext {
@@ -23,4 +24,9 @@ export interface Tool<S extends TSchema = TSchema> {
   description: string
   parameters: S
   execute(input: Static<S>, ctx: ToolContext): Promise<unknown>
+  /**
+   * The tool's advice to the model on its own failures (by code and `reason`), including those the
+   * runtime reports for it (TIMEOUT); undefined for a failure leaves it to the code's general advice.
+   */
+  recommend?: RecommendFn
 }

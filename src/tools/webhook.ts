@@ -1,5 +1,5 @@
 import { request, type Dispatcher } from 'undici'
-import { ToolFailure } from '../agent/classify.ts'
+import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
 import { hostAllowed } from './net-guard.ts'

@@ -1,5 +1,5 @@
 import { parentPort, workerData } from 'node:worker_threads'
-import type { ToolFailure } from '../agent/classify.ts'
+import type { ToolFailure } from './tool-errors.ts'
 import type { WorkerReply } from './worker.ts'
 
 // The thread runInWorker starts: imports the module, calls the export once, posts the outcome.

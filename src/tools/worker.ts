@@ -1,5 +1,5 @@
 import { Worker, type ResourceLimits } from 'node:worker_threads'
-import { ToolFailure } from '../agent/classify.ts'
+import { ToolFailure } from './tool-errors.ts'
 
 export interface WorkerRunOptions {
   /** The worker is terminated and the call fails with TIMEOUT (aborted) after this long. */
@@ -77,7 +77,10 @@ export function runInWorker<T = unknown>(
         const limitMb = resourceLimits.maxOldGenerationSizeMb
         finish(() =>
           reject(
-            new ToolFailure('UNKNOWN', `The work ran out of its memory limit (${limitMb} MB) and was stopped.`, { reason: 'memory_limit', limitMb }, { cause: err })
+            new ToolFailure('UNKNOWN', `The work ran out of its memory limit (${limitMb} MB) and was stopped.`, { reason: 'memory_limit', limitMb }, {
+              cause: err,
+              recommendations: ['The tool ran out of its memory budget; call it on a smaller input (narrower path, fewer files, simpler pattern).']
+            })
           )
         )
       } else {

@@ -1,6 +1,6 @@
 import { lstat, mkdir, readlink, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
-import { ToolFailure } from '../agent/classify.ts'
+import { ToolFailure } from './tool-errors.ts'
 
 export interface ResolveOptions {
   /** The path must exist (else NOT_FOUND, a logical error). */

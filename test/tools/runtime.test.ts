@@ -1,6 +1,6 @@
 import t from 'tap'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../src/agent/classify.ts'
+import { ToolFailure } from '../../src/tools/tool-errors.ts'
 import { capResult, createConcurrencyLimiter, runTool } from '../../src/tools/runtime.ts'
 import type { Tool } from '../../src/tools/types.ts'
 import { makeWorkspace, tickCounter } from '../fixtures/tools/context.ts'
@@ -47,6 +47,21 @@ t.test('a throw is runtime, a ToolFailure keeps its code, {ok:false} is logical'
 
   const logical = await runTool(tool(async () => ({ ok: false, code: 'NOT_FOUND', error: 'no such thing', path: 'a.txt' })), { n: 1 }, ws.ctx(), limits)
   t.match(logical, { ok: false, error: { errorType: 'logical', code: 'NOT_FOUND', message: 'no such thing', detail: { path: 'a.txt' } } })
+})
+
+t.test("the tool's own advice reaches the model, also for the timeout the runtime reports for it", async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const advised = (execute: Tool<typeof Params>['execute']): Tool<typeof Params> => ({
+    ...tool(execute),
+    recommend: ({ code, input }) => (code === 'TIMEOUT' || code === 'RATE_LIMITED' ? [`${code} on n=${(input as { n: number }).n}`] : undefined)
+  })
+  const limited = await runTool(advised(async () => { throw new ToolFailure('RATE_LIMITED', 'slow down') }), { n: 3 }, ws.ctx(), limits)
+  t.match(limited, { ok: false, error: { code: 'RATE_LIMITED', recommendations: ['RATE_LIMITED on n=3'] } })
+  const hung = await runTool(advised(() => new Promise(() => {})), { n: 4 }, ws.ctx(), { timeoutMs: 50, maxOutputBytes: 1000 })
+  t.match(hung, { ok: false, error: { code: 'TIMEOUT', recommendations: ['TIMEOUT on n=4'] } })
+  const other = await runTool(advised(async () => { throw new ToolFailure('CONFIG_ERROR', 'not set up') }), { n: 5 }, ws.ctx(), limits)
+  t.match(other, { ok: false, error: { code: 'CONFIG_ERROR', recommendations: [/not configured on this server/] } }, 'the general advice where the tool has none')
 })
 
 t.test('a tool that hangs ignoring its signal ends as TIMEOUT by its deadline, the event loop ticking', async (t) => {

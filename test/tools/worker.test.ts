@@ -1,6 +1,6 @@
 import t from 'tap'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../src/agent/classify.ts'
+import { ToolFailure } from '../../src/tools/tool-errors.ts'
 import { runTool } from '../../src/tools/runtime.ts'
 import type { Tool } from '../../src/tools/types.ts'
 import { runInWorker } from '../../src/tools/worker.ts'

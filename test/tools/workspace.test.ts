@@ -2,7 +2,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
-import { ToolFailure } from '../../src/agent/classify.ts'
+import { ToolFailure } from '../../src/tools/tool-errors.ts'
 import { ensureWorkspace, resolveInWorkspace, toWorkspacePath } from '../../src/tools/workspace.ts'
 import { makeWorkspace } from '../fixtures/tools/context.ts'
 

@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
+import { ToolFailure } from '../tool-errors.ts'
 import { runCommand } from '../command.ts'
 import type { Tool } from '../types.ts'
 
@@ -55,6 +55,21 @@ export function createBashRunTool(opts: BashRunOptions): Tool<typeof Parameters>
         return { ok: false, error: `The command ${how}.`, exitCode: run.exitCode, signal: run.signal, ...output }
       }
       return { exitCode: 0, ...output }
+    },
+    recommend({ code, detail }) {
+      if (code === 'TIMEOUT') {
+        return [
+          'Narrow the command (limit it to a folder, fewer files, fewer iterations) or run long jobs in smaller steps.',
+          'Pass a larger timeoutMs if the command needs it, up to the session limit.'
+        ]
+      }
+      if (code === 'OUTPUT_TOO_LARGE') {
+        return ['The command printed too much; filter its output (grep, head -n, tail -n, wc -l) or write it to a file and read parts of it.']
+      }
+      if (code === 'UNKNOWN' && typeof detail?.['exitCode'] === 'number') {
+        return [`The command exited with code ${detail['exitCode']}; read stderr and stdout in detail, fix the command and run it again.`]
+      }
+      return undefined
     }
   }
 }

@@ -1,9 +1,9 @@
 import { readFile, stat, writeFile } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
+import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
-import { notRegularFile } from './fs-read.ts'
 import { resolveInWorkspace } from '../workspace.ts'
+import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
   {
@@ -25,7 +25,7 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
     async execute(input, ctx) {
       const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true })
       const info = await stat(file)
-      if (info.isDirectory()) throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
+      if (info.isDirectory()) throw isDirectory(input.path)
       if (!info.isFile()) throw notRegularFile(input.path)
       if (info.size > opts.maxFileBytes) {
         throw new ToolFailure('OUTPUT_TOO_LARGE', `"${input.path}" is ${info.size} bytes; fs_edit handles files up to ${opts.maxFileBytes} bytes.`, {
@@ -52,6 +52,25 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
       // split/join, not String.replace: "$&" and friends in newText stay literal.
       await writeFile(file, pieces.join(input.newText), { signal: ctx.signal })
       return { path: input.path, replacements: occurrences }
+    },
+    recommend(failure) {
+      const { code, reason, path } = failure
+      if (code === 'NOT_FOUND' && reason === 'no_match') {
+        return [
+          `oldText does not occur in "${path}". Read the file with fs_read and copy the exact text to replace, including whitespace and line breaks.`,
+          'Keep oldText short but unique: a few whole lines around the change.'
+        ]
+      }
+      if (code === 'VALIDATION_ERROR' && reason === 'ambiguous') {
+        return [
+          `oldText occurs ${String(failure.detail?.['occurrences'] ?? 'several')} times in "${path}". Include more surrounding lines so it matches once,`,
+          'or set replaceAll: true to replace every occurrence.'
+        ]
+      }
+      if (code === 'OUTPUT_TOO_LARGE') {
+        return ['The file is too large for fs_edit; write the changed content in smaller files, or edit it with a command if bash_run is available.']
+      }
+      return recommendFsFailure(failure)
     }
   }
 }

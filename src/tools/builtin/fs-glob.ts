@@ -1,9 +1,10 @@
 import { glob } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
+import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { isInside, resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
+import { recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
   {
@@ -54,6 +55,10 @@ export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Para
       const result: Record<string, unknown> = { pattern: input.pattern, matches, truncated }
       if (truncated) result['note'] = `Only ${opts.maxResults} matches are shown; use a more specific pattern.`
       return result
+    },
+    recommend(failure) {
+      if (failure.code === 'OUTPUT_TOO_LARGE') return ['Narrow the search: a more specific pattern, a sub-folder as path, or a glob filter.']
+      return recommendFsFailure(failure)
     }
   }
 }

@@ -1,8 +1,9 @@
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
+import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { runInWorker } from '../worker.ts'
 import { resolveInWorkspace } from '../workspace.ts'
+import { recommendFsFailure } from './fs-failures.ts'
 import type { GrepJob, GrepResult } from './grep-worker.ts'
 
 const Parameters = Type.Object(
@@ -58,6 +59,15 @@ export function createFsGrepTool(opts: FsGrepOptions): Tool<typeof Parameters> {
         signal: ctx.signal,
         resourceLimits: { maxOldGenerationSizeMb: opts.maxHeapMb }
       })
+    },
+    recommend(failure) {
+      const { code, reason } = failure
+      if (code === 'VALIDATION_ERROR' && reason === 'invalid_regex') {
+        return ['The pattern is not a valid JavaScript regular expression; escape special characters such as ( [ { . * + ? with a backslash.']
+      }
+      if (code === 'TIMEOUT') return ['Search a narrower path or glob, and simplify the pattern (avoid nested quantifiers such as (a+)+).']
+      if (code === 'OUTPUT_TOO_LARGE') return ['Narrow the search: a more specific pattern, a sub-folder as path, or a glob filter.']
+      return recommendFsFailure(failure)
     }
   }
 }

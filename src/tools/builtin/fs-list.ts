@@ -1,9 +1,10 @@
 import { lstat, readdir } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
+import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
+import { recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
   {
@@ -61,6 +62,10 @@ export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Para
       const result: Record<string, unknown> = { path: relPath, entries, truncated }
       if (truncated) result['note'] = `Only the first ${opts.maxEntries} entries are shown; list a sub-folder or use fs_glob to narrow down.`
       return result
+    },
+    recommend(failure) {
+      if (failure.code === 'OUTPUT_TOO_LARGE') return ['Narrow the search: a more specific pattern, a sub-folder as path, or a glob filter.']
+      return recommendFsFailure(failure)
     }
   }
 }

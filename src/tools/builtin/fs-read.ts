@@ -1,10 +1,10 @@
 import { createReadStream } from 'node:fs'
 import { open, stat } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
 import { utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 import { resolveInWorkspace } from '../workspace.ts'
+import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
   {
@@ -29,9 +29,7 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
     async execute(input, ctx) {
       const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true })
       const info = await stat(file)
-      if (info.isDirectory()) {
-        throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
-      }
+      if (info.isDirectory()) throw isDirectory(input.path)
       // Opening a FIFO or device would block a libuv thread for good, whatever the timeout does.
       if (!info.isFile()) throw notRegularFile(input.path)
       if (await looksBinary(file)) {
@@ -63,13 +61,15 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
         result['note'] = `Output stopped at ${opts.maxBytes} bytes; continue with offset ${offset + read.lines.length}.`
       }
       return result
+    },
+    recommend(failure) {
+      if (failure.code === 'NOT_FOUND' && failure.reason === 'offset_past_end') {
+        return [`"${failure.path}" has ${String(failure.detail?.['lines'])} lines; read it with an offset within that range, or without offset from the start.`]
+      }
+      if (failure.code === 'OUTPUT_TOO_LARGE') return ['Read the file in parts with offset and limit (line numbers).']
+      return recommendFsFailure(failure)
     }
   }
-}
-
-/** A FIFO, socket or device: reading it could block forever. */
-export function notRegularFile(relPath: string): ToolFailure {
-  return new ToolFailure('IO_ERROR', `"${relPath}" is not a regular file.`, { path: relPath, reason: 'not_regular_file' }, { retryable: false })
 }
 
 async function looksBinary(file: string): Promise<boolean> {

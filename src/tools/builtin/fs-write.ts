@@ -2,10 +2,9 @@ import { constants } from 'node:fs'
 import { mkdir, open, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
-import { ToolFailure } from '../../agent/classify.ts'
 import type { Tool } from '../types.ts'
-import { notRegularFile } from './fs-read.ts'
 import { resolveInWorkspace } from '../workspace.ts'
+import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
   {
@@ -25,7 +24,7 @@ export function createFsWriteTool(): Tool<typeof Parameters> {
       const file = await resolveInWorkspace(ctx.workspace, input.path, { forWrite: true })
       const existed = await stat(file).then(
         (s) => {
-          if (s.isDirectory()) throw new ToolFailure('IO_ERROR', `"${input.path}" is a directory.`, { path: input.path, reason: 'is_directory' })
+          if (s.isDirectory()) throw isDirectory(input.path)
           if (!s.isFile()) throw notRegularFile(input.path)
           return true
         },
@@ -42,6 +41,7 @@ export function createFsWriteTool(): Tool<typeof Parameters> {
         await handle.close()
       }
       return { path: input.path, bytes: Buffer.byteLength(input.content), created: !existed }
-    }
+    },
+    recommend: recommendFsFailure
   }
 }

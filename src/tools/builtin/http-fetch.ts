@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import { Agent, request, type Dispatcher } from 'undici'
-import { ToolFailure } from '../../agent/classify.ts'
+import { errnoFamily, errnoOf } from '../../errors/errno.ts'
+import { ToolFailure } from '../tool-errors.ts'
 import { pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
 import { CappedBuffer } from '../output.ts'
 import type { Tool } from '../types.ts'
@@ -82,6 +83,20 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       } finally {
         agent.destroy().catch(() => {})
       }
+    },
+    recommend({ code, reason }) {
+      switch (code) {
+        case 'TIMEOUT':
+          return ['The server did not answer in time; retry later or fetch a smaller resource.']
+        case 'OUTPUT_TOO_LARGE':
+          return ['Fetch a smaller resource, e.g. an API endpoint with paging or filters.']
+        case 'PERMISSION_DENIED':
+          return ['Loopback, private, link-local and metadata addresses are refused; fetch a public http(s) URL instead.']
+        case 'IO_ERROR':
+          if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
+          return ['Check the URL and that the host is reachable; retry once if the failure looks transient.']
+      }
+      return undefined
     }
   }
 }
@@ -111,11 +126,11 @@ async function send(
     return await request(url, { dispatcher: agent, method: method as Dispatcher.HttpMethod, headers, body, signal })
   } catch (err) {
     if (signal.aborted) throw err
-    const code = (err as { code?: unknown }).code
+    const code = errnoOf(err)
     throw new ToolFailure(
-      typeof code === 'string' && code.includes('TIMEOUT') ? 'TIMEOUT' : 'IO_ERROR',
+      errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
       `The request to ${url.host} failed: ${(err as Error).message}`,
-      { url: url.href, ...(typeof code === 'string' ? { errno: code } : {}) },
+      { url: url.href, ...(code !== undefined ? { errno: code } : {}) },
       { errorType: 'runtime', cause: err }
     )
   }

@@ -1,6 +1,7 @@
 import type { ChatCompletionTool } from 'openai/resources/chat/completions'
 import type { ClassifiedError } from '../schemas/common.ts'
-import type { Tool } from '../tools/types.ts'
+import type { ToolCallRecord } from '../store/store.ts'
+import type { Tool } from './types.ts'
 
 /** A tool as one session sees it: run by the service, or by the client (the run pauses for it). */
 export type SessionTool =
@@ -20,3 +21,14 @@ export interface SessionToolSet {
   readonly definitions: ChatCompletionTool[]
   get(name: string): SessionTool | undefined
 }
+
+/** How a tool call that the service runs is executed (the isolation runtime). */
+export type ExecuteTool = (
+  call: ToolCallRecord,
+  signal: AbortSignal,
+  /** A tool's custom progress event (ToolContext.emit), published as `tool:<type>`. */
+  emit: (type: string, data: Record<string, unknown>) => Promise<unknown>
+) => Promise<ToolOutcome>
+
+/** How a tool call ended: its result, or its classified error. */
+export type ToolOutcome = { ok: true; result: unknown } | { ok: false; error: ClassifiedError }

@@ -1,0 +1,32 @@
+import { ToolFailure, type ToolFailureFacts } from '../tool-errors.ts'
+
+// What the fs_* tools share about their failures: the reasons they give and the advice on them.
+
+/** A FIFO, socket or device: reading it could block forever. */
+export function notRegularFile(relPath: string): ToolFailure {
+  return new ToolFailure('IO_ERROR', `"${relPath}" is not a regular file.`, { path: relPath, reason: 'not_regular_file' }, { retryable: false })
+}
+
+/** A file was expected where there is a folder. */
+export function isDirectory(relPath: string): ToolFailure {
+  return new ToolFailure('IO_ERROR', `"${relPath}" is a directory.`, { path: relPath, reason: 'is_directory' })
+}
+
+/** Advice on the failures every fs_* tool can meet: a missing path, a folder or file of the wrong kind. */
+export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFacts): string[] | undefined {
+  if (code === 'NOT_FOUND' && path !== undefined) {
+    const base = path.split('/').filter(Boolean).pop() ?? path
+    const dir = path.includes('/') ? path.slice(0, path.lastIndexOf('/')) || '.' : '.'
+    return [
+      `"${path}" does not exist in the workspace.`,
+      `Use fs_glob with a pattern such as "**/${base}" to find it, or fs_list on "${dir}" to see what is there.`
+    ]
+  }
+  if (code !== 'IO_ERROR') return undefined
+  if (reason === 'is_directory' || detail?.['errno'] === 'EISDIR') {
+    return [`"${path}" is a directory; use fs_list to see its entries, or name a file inside it.`]
+  }
+  if (reason === 'not_directory') return [`"${path}" is a file, not a folder; read it with fs_read, or list its parent folder.`]
+  if (reason === 'not_regular_file') return [`"${path}" is a pipe, socket or device; only regular files can be read or written.`]
+  return undefined
+}
