@@ -38,9 +38,16 @@ export class LocalRunCoordinator implements RunCoordinator {
   #orphansTaken = false
   #draining = false
 
+  readonly #stopWatching: () => void
+
   constructor(options: { store: Store; bus: EventBus }) {
     this.#store = options.store
     this.#bus = options.bus
+    // A run's `done` is committed with its final status: from then on its session is free, so a
+    // client that saw `done` may send the next message at once, before the execution unwinds.
+    this.#stopWatching = this.#bus.subscribeAll((event) => {
+      if (event.type === 'done' && event.runId) this.#free(event.sessionId, event.runId)
+    })
   }
 
   async admit(session: SessionRecord, run: RunRecord, onBusy: OnBusy, maxActiveRunsPerTenant: number): Promise<Cancellation> {
@@ -72,12 +79,11 @@ export class LocalRunCoordinator implements RunCoordinator {
     entry.stored = true
     const cancellation: Cancellation = { dequeued: [], signalled: [] }
     if (busy && onBusy === 'interrupt') {
-      // Every run accepted before this one and not ended yet gives way, so runs are still
-      // answered in the order they were accepted and the newest interrupt wins.
-      const earlier = runs.queue.slice(0, runs.queue.indexOf(entry)).filter((e) => e.stored)
-      for (const e of earlier) this.#remove(session.id, e)
-      cancellation.dequeued = earlier.map((e) => e.run)
-      if (runs.active) cancellation.signalled = this.#signalCancel([runs.active.run.id])
+      // Every run accepted before this one and not ended yet gives way: the active one stops, and
+      // the queued ones end as cancelled when their turn comes, so runs are still answered in the
+      // order they were accepted and the newest interrupt wins.
+      const earlier = runs.queue.slice(0, runs.queue.indexOf(entry)).filter((e) => e.stored).map((e) => e.run.id)
+      cancellation.signalled = this.#signalCancel([...(runs.active ? [runs.active.run.id] : []), ...earlier])
     }
     this.#announce(session.id)
     return cancellation
@@ -102,13 +108,18 @@ export class LocalRunCoordinator implements RunCoordinator {
   }
 
   async release(run: RunRecord): Promise<void> {
-    const runs = this.#sessions.get(run.sessionId)
-    if (!runs || runs.active?.run.id !== run.id) return
+    this.#free(run.sessionId, run.id)
+  }
+
+  /** The session's active run has ended (idempotent): the next one may start. */
+  #free(sessionId: string, runId: string): void {
+    const runs = this.#sessions.get(sessionId)
+    if (!runs || runs.active?.run.id !== runId) return
     this.#count(runs.active.tenant, -1)
-    this.#pendingCancels.delete(run.id)
+    this.#pendingCancels.delete(runId)
     runs.active = null
-    if (runs.queue.length === 0) this.#sessions.delete(run.sessionId)
-    else this.#announce(run.sessionId)
+    if (runs.queue.length === 0) this.#sessions.delete(sessionId)
+    else this.#announce(sessionId)
   }
 
   async cancel(sessionId: string, options: { onlyFirst?: boolean } = {}): Promise<Cancellation> {
@@ -169,6 +180,7 @@ export class LocalRunCoordinator implements RunCoordinator {
   }
 
   async close(): Promise<void> {
+    this.#stopWatching()
     this.#queuedListeners.clear()
   }
 

@@ -24,7 +24,7 @@ export interface RunSignals {
 export interface Cancellation {
   /** Queued runs now owned by the caller, which records them as cancelled. */
   dequeued: RunRecord[]
-  /** Running runs whose owner was asked to stop; each ends as cancelled by itself. */
+  /** Runs asked to stop: a running one ends as cancelled by itself, a queued one when its turn comes (in order). */
   signalled: string[]
 }
 

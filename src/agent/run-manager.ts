@@ -229,6 +229,8 @@ export class RunManager {
   async #execute(record: RunRecord, execution: Execution): Promise<RunRecord> {
     const { store, logger } = this.#options
     const signal = execution.controller.signal
+    // Cancelled while it waited for its turn (a later message interrupted): it ends without starting.
+    if (signal.aborted) return this.#endQueued(record)
     try {
       const session = await store.getSessionById(record.sessionId)
       // Deleted while it was queued: nothing to run and nothing to record.

@@ -1,0 +1,171 @@
+import pino from 'pino'
+import t from 'tap'
+import { LocalRunCoordinator } from '../../src/agent/local-run-coordinator.ts'
+import { RunManager } from '../../src/agent/run-manager.ts'
+import { LocalEventBus } from '../../src/events/event-bus.ts'
+import { EventLog } from '../../src/events/event-log.ts'
+import { createModelError } from '../../src/model/model-errors.ts'
+import type { ModelProvider, ModelRequest, ModelStreamPart } from '../../src/model/types.ts'
+import { emptyUsage } from '../../src/schemas/common.ts'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import type { EventRecord, SessionRecord } from '../../src/store/store.ts'
+import type { SessionToolSet } from '../../src/tools/tool-set.ts'
+import type { TapTest } from '../helpers/app.ts'
+
+/**
+ * The run loop on its own: a scripted in-process model (a list of turns) and the in-process
+ * ports, with no HTTP in between. The HTTP tests (test/routes, test/agent/tool-calls) cover the
+ * same behaviour through the API against the dev model server.
+ */
+type Turn = ModelStreamPart[] | Error | ((signal: AbortSignal, request: ModelRequest) => AsyncIterable<ModelStreamPart>)
+
+function scriptedModel(turns: Turn[]): ModelProvider & { requests: ModelRequest[] } {
+  const requests: ModelRequest[] = []
+  return {
+    kind: 'dev',
+    requests,
+    async * stream(request, options) {
+      requests.push(structuredClone(request))
+      // A turn that is a function answers every request from then on (it may look at the request).
+      const next = typeof turns[0] === 'function' ? turns[0] : turns.shift()
+      const turn = next ?? [{ type: 'text', delta: 'default' }, { type: 'finish', finishReason: 'stop', usage: null }]
+      if (turn instanceof Error) throw turn
+      if (typeof turn === 'function') {
+        yield * turn(options.signal, request)
+        return
+      }
+      yield * turn
+    },
+    async close() {}
+  }
+}
+
+const text = (delta: string): ModelStreamPart[] => [{ type: 'text', delta }, { type: 'finish', finishReason: 'stop', usage: { inputTokens: 3, outputTokens: 2, totalTokens: 5 } }]
+
+/** One tool, `echo`, run in process: its executor answers with the input. */
+const echoTools: SessionToolSet = {
+  names: ['echo'],
+  definitions: [{ type: 'function', function: { name: 'echo', parameters: { type: 'object' } } }],
+  get: (name) => (name === 'echo' ? { kind: 'server', name, tool: { name, description: 'echo', parameters: {} as never, execute: async () => ({}) } } as never : undefined)
+}
+
+async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord> = {}) {
+  const store = new SqliteStore(':memory:')
+  await store.migrate()
+  const bus = new LocalEventBus()
+  const events = new EventLog(store, bus)
+  const coordinator = new LocalRunCoordinator({ store, bus })
+  const model = scriptedModel(turns)
+  const runs = new RunManager({
+    store, events, coordinator, model, logger: pino({ level: 'silent' }),
+    retryPolicy: { baseMs: 1, capMs: 2, maxRetries: 2 }, maxSteps: 5, maxActiveRunsPerTenant: 10,
+    resolveTools: async () => echoTools,
+    toolExecutor: async () => async (call) => ({ ok: true, result: { echoed: call.input } })
+  })
+  t.teardown(async () => {
+    await runs.drain(0)
+    await coordinator.close()
+    await store.close()
+  })
+  const now = new Date().toISOString()
+  const record: SessionRecord = {
+    id: 'ses_LOOP', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: 'Be brief.', tools: null,
+    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: emptyUsage(), forkedFrom: null, ...session
+  }
+  await store.createSession(record)
+  const seen: EventRecord[] = []
+  bus.subscribe(record.id, (event) => seen.push(event))
+  const send = (content: string, onBusy: 'reject' | 'enqueue' | 'interrupt' = 'reject') =>
+    runs.submit({ session: record, content, onBusy, requestId: 'req_test' })
+  return { store, runs, model, session: record, seen, send }
+}
+
+t.test('a tool call and its answer: the model sees the tool result, events come in seq order', async (t) => {
+  const h = await harness(t, [
+    [{ type: 'tool_call', id: 'x', name: 'echo', arguments: '{"a":1}' }, { type: 'finish', finishReason: 'tool_calls', usage: null }],
+    text('done')
+  ])
+  const { run } = await h.send('go')
+  const ended = await h.runs.waitFor(h.session.id, run.id)
+  t.match(ended, { status: 'completed', steps: 2 })
+  t.same(h.seen.map((e) => e.seq), h.seen.map((_, i) => i + 1), 'published gap-free, in order')
+  t.same(h.seen.map((e) => e.type), [
+    'state_changed', 'token_usage', 'tool:start', 'tool_executed', 'tool:end', 'step_complete',
+    'text_chunk_start', 'text_chunk', 'text_chunk_end', 'token_usage', 'step_complete', 'state_changed', 'done'
+  ])
+  const second = h.model.requests[1]?.messages ?? []
+  t.match(second.at(-1), { role: 'tool', content: JSON.stringify({ echoed: { a: 1 } }) }, 'the tool result goes back to the model')
+  t.match(second[0], { role: 'system', content: 'Be brief.' })
+})
+
+t.test('a retryable model error is retried with a model_retry event; a fatal one fails the run', async (t) => {
+  const h = await harness(t, [
+    createModelError('SERVER_ERROR', 'upstream 503', { status: 503 }),
+    text('after retry'),
+    createModelError('AUTHENTICATION_ERROR', 'bad key', { status: 401 })
+  ])
+  const first = await h.send('a')
+  t.match(await h.runs.waitFor(h.session.id, first.run.id), { status: 'completed' })
+  t.match(h.seen.find((e) => e.type === 'model_retry')?.data, { attempt: 1, code: 'SERVER_ERROR', status: 503 })
+  const second = await h.send('b')
+  const failed = await h.runs.waitFor(h.session.id, second.run.id)
+  t.match(failed, { status: 'failed', error: { code: 'AUTHENTICATION_ERROR', fatal: true, retryable: false } })
+  t.match(h.seen.at(-1), { type: 'done', data: { reason: 'failed' } })
+})
+
+t.test('runs are answered in the order accepted; interrupt cancels every earlier run, the newest wins', async (t) => {
+  // Hangs until interrupted, but answers the third message.
+  const model = (signal: AbortSignal, request: ModelRequest) => (async function * () {
+    if (request.messages.at(-1)?.content === '3') {
+      yield * text('third')
+      return
+    }
+    yield { type: 'text', delta: 'working' } as ModelStreamPart
+    await new Promise((_, reject) => {
+      if (signal.aborted) reject(signal.reason)
+      signal.addEventListener('abort', () => reject(signal.reason), { once: true })
+    })
+  })()
+  const h = await harness(t, [model])
+  const first = await h.send('1')
+  const [second, third] = await Promise.all([h.send('2', 'interrupt'), h.send('3', 'interrupt')])
+  const ended = await Promise.all([first, second, third].map(({ run }) => h.runs.waitFor(h.session.id, run.id)))
+  t.same(ended.map((r) => r?.status), ['cancelled', 'cancelled', 'completed'], 'the older interrupt is cancelled by the newer one')
+  const done = h.seen.filter((e) => e.type === 'done').map((e) => e.runId)
+  t.same(done, [first.run.id, second.run.id, third.run.id], 'and every run ends in the order it was accepted')
+})
+
+t.test('an approval and a client result reach the call that waits; others are NOT_AWAITING', async (t) => {
+  const h = await harness(t, [
+    [{ type: 'tool_call', id: 'x', name: 'echo', arguments: '{}' }, { type: 'finish', finishReason: 'tool_calls', usage: null }],
+    text('ok')
+  ], { approval: { mode: 'always' } })
+  const { run } = await h.send('go')
+  const paused = await h.runs.waitFor(h.session.id, run.id, { untilPause: true })
+  t.equal(paused?.status, 'awaiting_approval', 'waiting until a pause answers at the pause')
+  const callId = h.seen.find((e) => e.type === 'permission_required')?.data.call as { id: string }
+  await t.rejects(h.runs.decide(h.session.id, 'call_other', { decision: 'allow', note: null }), { code: 'NOT_AWAITING' })
+  await t.rejects(h.runs.submitToolResult(h.session.id, callId.id, { output: 1 }), { code: 'NOT_AWAITING' }, 'an approval is not a client result')
+  await h.runs.decide(h.session.id, callId.id, { decision: 'allow', note: 'fine' })
+  t.match(await h.runs.waitFor(h.session.id, run.id), { status: 'completed' })
+  t.match(h.seen.find((e) => e.type === 'permission_decided')?.data, { decision: 'allow', note: 'fine' })
+})
+
+t.test('after a restart, a run left running is failed with its calls sealed and a queued one runs', async (t) => {
+  const h = await harness(t, [text('recovered answer')])
+  const now = new Date().toISOString()
+  const base = { sessionId: h.session.id, requestId: 'req_old', steps: 1, usage: emptyUsage(), error: null, createdAt: now, endedAt: null }
+  await h.store.commit([
+    { type: 'newRun', run: { ...base, id: 'run_A', status: 'running', messageId: 'msg_A', input: 'a', startedAt: now } },
+    { type: 'message', message: { id: 'msg_A', sessionId: h.session.id, runId: 'run_A', role: 'user', content: 'a', createdAt: now } },
+    { type: 'message', message: { id: 'msg_A2', sessionId: h.session.id, runId: 'run_A', role: 'assistant', content: null, createdAt: now, toolCalls: [{ id: 'call_open', name: 'echo', arguments: '{}' }] } },
+    { type: 'newRun', run: { ...base, id: 'run_B', status: 'queued', messageId: 'msg_B', input: 'b', startedAt: null, steps: 0 } }
+  ])
+  t.same(await h.runs.recover(), { requeued: 1, failed: 1 })
+  t.match(await h.runs.waitFor(h.session.id, 'run_A'), { status: 'failed', error: { errorType: 'exception', retryable: true } })
+  t.match(await h.runs.waitFor(h.session.id, 'run_B'), { status: 'completed' })
+  const recovered = h.seen.filter((e) => e.type === 'run_recovered').map((e) => e.data)
+  t.match(recovered, [{ runId: 'run_A', previousStatus: 'running', sealedCalls: ['call_open'] }, { runId: 'run_B', previousStatus: 'queued' }])
+  const messages = await h.store.listMessages(h.session.id)
+  t.ok(messages.some((m) => m.role === 'tool' && m.toolCallId === 'call_open'), 'the open call has its sealed answer')
+})
