@@ -7,6 +7,7 @@ import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
 import { RunManager } from './agent/run-manager.ts'
 import type { Config } from './config.ts'
 import { EventLog } from './events/event-log.ts'
+import { HookRunner } from './hooks/hooks.ts'
 import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
 import { ApiError, errorEnvelopePlugin, sendApiError, validationError } from './http/errors.ts'
@@ -81,6 +82,8 @@ export interface AppOptions {
   retryPolicy?: Partial<RetryPolicy>
   /** Tool output and concurrency limits. */
   tools?: ToolCatalogOptions
+  /** Backoff of runEnd hook retries (tests shorten it). */
+  hookRetry?: Partial<RetryPolicy>
   /** SSE keep-alive interval; SPEC default 15 s. */
   ssePingMs?: number
   /** How far (bytes) an SSE reader may fall behind before it is dropped; default 4 MiB. */
@@ -161,6 +164,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   const events = new EventLog(store)
   const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, ...options.tools })
+  const hooks = new HookRunner({ hooks: config.hooks, events, logger: log, ...(options.hookRetry ? { runEndRetry: options.hookRetry } : {}) })
   const runs = new RunManager({
     store,
     events,
@@ -169,6 +173,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     retryPolicy: { ...defaultRetryPolicy, ...options.retryPolicy, maxRetries: options.retryPolicy?.maxRetries ?? config.modelMaxRetries },
     maxSteps: config.maxSteps,
     maxActiveRunsPerTenant: config.limits.activeRunsPerTenant,
+    hooks,
     resolveTools: (session) => tools.resolve(session),
     toolExecutor: (session, sessionTools, requestId) =>
       tools.executor(session, sessionTools, log.child({ reqId: requestId, sessionId: session.id }))
@@ -223,6 +228,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     async drain(graceMs) {
       state.draining = true
       await runs.drain(graceMs)
+      await hooks.drain(graceMs)
       for (const stream of [...streams.keys()]) stream.end('server shutting down; reconnect with Last-Event-ID')
     }
   } satisfies Services)

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
+import type { HookRunner, ToolHookContext } from '../hooks/hooks.ts'
 import { classifyModelError } from '../model/model-errors.ts'
 import { ModelError, type ModelProvider } from '../model/types.ts'
 import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
@@ -8,9 +9,10 @@ import type {
   EventChannel, EventRecord, MessageRecord, MessageToolCall, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, ToolCallRecord
 } from '../store/store.ts'
 import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
+import { checkToolInput } from '../tools/json-schema.ts'
 import { toChatMessages } from './conversation.ts'
 import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
-import type { SessionToolSet } from './tool-set.ts'
+import type { SessionTool, SessionToolSet } from './tool-set.ts'
 
 /** How a tool call that the service runs is executed (the isolation runtime). */
 export type ExecuteTool = (
@@ -35,6 +37,8 @@ export interface RunDependencies {
   logger: Logger
   /** Server upper bounds; the session's limits may lower them. */
   maxSteps: number
+  /** The operator's preToolUse and postToolUse hooks (SPEC 15). */
+  hooks?: HookRunner
 }
 
 /** What the run manager gives one run: its tools and how to wait for people and clients. */
@@ -295,15 +299,18 @@ export class RunExecution {
     let outcome: { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
     try {
       const tool = this.#hooks.tools.get(call.name)
-      const approval = tool && parsed.ok ? await this.#approve(record) : null
+      const screened = tool && parsed.ok ? await this.#preToolUse(record, tool) : null
+      const approval = tool && parsed.ok && screened?.ok !== false ? await this.#approve(record, screened?.ask ?? false) : null
       if (!tool) {
         outcome = { ok: false, error: toolNotFound(call.name, this.#hooks.tools.names) }
       } else if (!parsed.ok) {
         outcome = { ok: false, error: invalidArguments(call.name, parsed.message) }
+      } else if (screened?.ok === false) {
+        outcome = { ok: false, error: screened.error }
       } else if (approval?.decision === 'deny') {
         outcome = { ok: false, error: deniedByUser(call.name, approval.note) }
       } else if (tool.kind === 'client') {
-        const invalid = tool.check(parsed.value)
+        const invalid = tool.check(record.input)
         outcome = invalid ? { ok: false, error: invalid } : await this.#awaitClient(record)
       } else {
         record.state = 'executing'
@@ -325,16 +332,20 @@ export class RunExecution {
 
     record.endedAt = now()
     record.durationMs = Date.now() - startedAt
-    const message = toolMessage(this.#session.id, this.run.id, record.id, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
-    // The call's final state, its events and its answer commit together.
-    const writes: Array<Promise<unknown>> = []
     if (outcome.ok) {
       record.state = 'completed'
       record.result = outcome.result
-      writes.push(save(), this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true }))
     } else {
       record.state = outcome.error.code === 'DENIED_BY_USER' ? 'denied' : 'failed'
       record.error = outcome.error
+    }
+    const shown = outcome.ok ? outcome.result : toModelToolResult(outcome.error)
+    const message = toolMessage(this.#session.id, this.run.id, record.id, this.#deps.hooks ? await this.#deps.hooks.afterToolUse(this.#hookContext(record), shown) : shown)
+    // The call's final state, its events and its answer commit together.
+    const writes: Array<Promise<unknown>> = []
+    if (outcome.ok) {
+      writes.push(save(), this.emit('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true }))
+    } else {
       writes.push(
         save(),
         this.emit('progress', 'tool:error', { call: snapshot(record), error: outcome.error }),
@@ -347,10 +358,26 @@ export class RunExecution {
     return message
   }
 
-  /** Waits for a person's decision when the session's approval policy covers this call; allows it otherwise. */
-  async #approve(record: ToolCallRecord): Promise<ApprovalDecision> {
+  /** The operator's preToolUse hooks; a rewritten input replaces the call's input (its schema checked again). */
+  async #preToolUse(record: ToolCallRecord, tool: SessionTool) {
+    if (!this.#deps.hooks) return null
+    const check = (input: unknown) => (tool.kind === 'client' ? tool.check(input) : checkToolInput(tool.name, tool.tool.parameters, input))
+    const verdict = await this.#deps.hooks.beforeToolUse(this.#hookContext(record), check)
+    if (verdict.ok && verdict.input !== undefined) record.input = verdict.input
+    return verdict
+  }
+
+  #hookContext(record: ToolCallRecord): ToolHookContext {
+    return {
+      sessionId: this.#session.id, runId: this.run.id, requestId: this.run.requestId, signal: this.#signal,
+      call: { ...snapshot(record), id: record.id, name: record.name, input: record.input }, emit: (channel, type, data) => this.emit(channel, type, data)
+    }
+  }
+
+  /** Waits for a person's decision when the session's approval policy (or a hook's ask) covers this call; allows it otherwise. */
+  async #approve(record: ToolCallRecord, askedByHook: boolean): Promise<ApprovalDecision> {
     const { approval } = this.#session
-    const needed = approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
+    const needed = askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
     if (!needed) return { decision: 'allow', note: null }
     record.state = 'approval_required'
     await this.#deps.store.saveToolCall(record)

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
+import type { HookRunner } from '../hooks/hooks.ts'
 import type { ModelProvider } from '../model/types.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
@@ -24,6 +25,8 @@ export interface RunManagerOptions {
   resolveTools(session: SessionRecord): Promise<SessionToolSet>
   /** Builds the executor of server-side tools for one session. */
   toolExecutor(session: SessionRecord, tools: SessionToolSet, requestId: string): Promise<ExecuteTool>
+  /** The operator's hooks: tool hooks inside each run, runEnd after it. */
+  hooks?: HookRunner
 }
 
 interface Waiter<T> {
@@ -236,6 +239,7 @@ export class RunManager {
     }
     this.#byId.delete(run.id)
     live.settle(run)
+    this.#options.hooks?.runEnd(run, live.session.tenant)
     return run
   }
 
@@ -264,7 +268,7 @@ export class RunManager {
       const session = (await store.getSession(live.session.tenant, live.session.id)) ?? live.session
       const tools = await this.#options.resolveTools(session)
       const executeTool = await this.#options.toolExecutor(session, tools, live.record.requestId)
-      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps }, {
+      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps, hooks: this.#options.hooks }, {
         tools,
         executeTool,
         waitForApproval: (call, s) => this.#wait(live, 'approval', call, s),
@@ -276,6 +280,7 @@ export class RunManager {
       run = { ...live.record, status: 'failed', endedAt: new Date().toISOString() }
     } finally {
       live.settle({ ...run })
+      this.#options.hooks?.runEnd(run, live.session.tenant)
     }
   }
 

@@ -345,7 +345,7 @@ export class SqliteStore implements Store {
   async saveToolCall(c: ToolCallRecord): Promise<void> {
     return this.#run(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
         duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-      ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+      ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
         duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`, [
       c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs,
       json(c.result), json(c.error)
