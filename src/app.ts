@@ -22,11 +22,13 @@ import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
 import { sessionRoutes } from './routes/sessions.ts'
+import { toolCallRoutes } from './routes/tool-calls.ts'
 import { toolRoutes } from './routes/tools.ts'
 import { ClientToolSpecSchema, ToolSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
 import { EventSchema } from './schemas/events.ts'
 import { MessageSchema, RunSchema } from './schemas/messages.ts'
 import { SessionSchema } from './schemas/sessions.ts'
+import { ToolCallSchema } from './schemas/tool-calls.ts'
 import { openStore } from './store/index.ts'
 import { observeStore } from './store/observed.ts'
 import type { Store } from './store/store.ts'
@@ -235,7 +237,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Without a drain first (tests, embedders): runs are interrupted at once.
   app.addHook('onClose', async () => app.agentd.drain(0))
 
-  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
+  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema, ToolCallSchema]) app.addSchema(schema)
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
@@ -266,6 +268,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(messageRoutes)
   await app.register(eventRoutes)
   await app.register(toolRoutes)
+  await app.register(toolCallRoutes)
 
   // Runs a previous process left unfinished are ended or queued again before any request.
   await runs.recover()

@@ -5,7 +5,7 @@ import type { Usage } from '../schemas/common.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import type {
   EventQuery, EventRecord, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
-  RunRecord, SessionPatch, SessionRecord, Store, ToolCallRecord
+  RunRecord, SessionPatch, SessionRecord, Store, ToolCallRecord, AuditedToolCall
 } from './store.ts'
 
 type Row = Record<string, unknown>
@@ -360,6 +360,13 @@ export class SqliteStore implements Store {
   async listToolCalls(runId: string): Promise<ToolCallRecord[]> {
     const rows = this.#stmt('SELECT * FROM tool_calls WHERE run_id = ? ORDER BY started_at, id').all(runId) as Row[]
     return rows.map(toToolCall)
+  }
+
+  async listSessionToolCalls(sessionId: string, options: { limit: number; after?: string }): Promise<AuditedToolCall[]> {
+    // Call IDs are time-ordered, so ID order is the order the model made the calls.
+    const rows = this.#stmt(`SELECT c.*, r.request_id FROM tool_calls c LEFT JOIN runs r ON r.id = c.run_id
+      WHERE c.session_id = ? AND c.id > ? ORDER BY c.id LIMIT ?`).all(sessionId, options.after ?? '', options.limit) as Row[]
+    return rows.map((row) => ({ ...toToolCall(row), requestId: (row.request_id as string | null) ?? null }))
   }
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {
