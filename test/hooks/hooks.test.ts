@@ -18,9 +18,13 @@ async function runCalls(ctx: TestApp, sessionBody: object, calls: Array<{ name: 
   return { session, run: res.json().run, ...(await observe(ctx, session.id)) }
 }
 
+async function observeEvents(ctx: TestApp, sessionId: string): Promise<StreamedEvent[]> {
+  return (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data
+}
+
 /** The session's events and the tool results the model received last. */
 async function observe(ctx: TestApp, sessionId: string) {
-  const events = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  const events = await observeEvents(ctx, sessionId)
   const last = ctx.devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
   const toolResults = last.messages.filter((m) => m.role === 'tool').map((m) => JSON.parse(m.content))
   return { events, toolResults }
@@ -77,7 +81,7 @@ t.test('ask turns a call into an approval, even when the session needs none', as
   let events: StreamedEvent[] = []
   for (let i = 0; i < 200 && !events.some((e) => e.type === 'permission_required'); i++) {
     await new Promise((resolve) => setTimeout(resolve, 10))
-    events = (await observe(ctx, session.id).catch(() => ({ events: [] }))).events
+    events = await observeEvents(ctx, session.id)
   }
   const required = ofType(events, 'permission_required')[0]
   t.ok(required, 'the call waits for an approval')
@@ -160,6 +164,10 @@ for (const [behaviour, start, failure] of hostile) {
     const other = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
     devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: '.' } }, { name: 'fs_write', arguments: { path: 'a.txt', content: 'x' } }] }, { text: 'done' })
     const accepted = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'go' } })).json()
+    // Probe while the run is with the hook: tool:start is committed just before the hook is asked.
+    for (let i = 0; i < 200 && !(await observeEvents(ctx, session.id)).some((e) => e.type === 'tool:start'); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 5))
+    }
 
     const probeStarted = performance.now()
     const health = await app.inject({ method: 'GET', url: '/healthz' })
@@ -250,7 +258,7 @@ t.test('runEnd gives up after its retries and a refusing (4xx) receiver is not r
   let warns: StreamedEvent[] = []
   for (let i = 0; i < 200 && warns.length === 0; i++) {
     await new Promise((resolve) => setTimeout(resolve, 10))
-    warns = ofType((await observe(ctx, session.id)).events, 'error')
+    warns = ofType(await observeEvents(ctx, session.id), 'error')
   }
   t.match(warns[0]?.data.message, /Hook runEnd#0 \(runEnd\) failed: it answered HTTP 400; giving up after 1 attempt$/)
   t.equal(refusing.received.length, 1)
