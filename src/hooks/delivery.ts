@@ -49,6 +49,8 @@ export interface Delivery {
   deliveryId?: string
   /** The run's signal: an interrupt stops waiting for the hook at once. */
   signal?: AbortSignal
+  /** A notification (runEnd): any 2xx is success, whatever its body. */
+  ignoreAnswer?: boolean
 }
 
 /**
@@ -107,7 +109,7 @@ export class HookClient {
       throw new HookFailure('HOOK_HTTP_ERROR', `it answered HTTP ${status}`, status >= 500 || status === 408 || status === 429,
         { status, body: text.slice(0, 200) })
     }
-    if (text.trim() === '') return null
+    if (delivery.ignoreAnswer || text.trim() === '') return null
     try {
       return JSON.parse(text) as unknown
     } catch {

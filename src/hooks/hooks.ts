@@ -161,7 +161,7 @@ export class HookRunner {
     const deliveryId = randomUUID()
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.#client.deliver({ hook, payload, deliveryId, requestId: run.requestId, signal: this.#stopping.signal })
+        await this.#client.deliver({ hook, payload, deliveryId, requestId: run.requestId, signal: this.#stopping.signal, ignoreAnswer: true })
         return
       } catch (err) {
         if (!(err instanceof HookFailure)) {

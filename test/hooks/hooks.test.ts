@@ -219,7 +219,7 @@ t.test('a failing postToolUse hook with onFailure deny withholds the output; wit
 })
 
 t.test('runEnd is delivered at least once: retried with backoff, same deliveryId, signed, with the request ID', async (t) => {
-  const receiver = await startHookServer(t, (_body, index) => (index < 2 ? { status: 500, text: 'not yet' } : { json: { ok: true } }))
+  const receiver = await startHookServer(t, (_body, index) => (index < 2 ? { status: 500, text: 'not yet' } : { text: 'thanks' }))
   const ctx = await buildTestApp(t, {
     env: hooksEnv(t, [{ name: 'ledger', on: 'runEnd', url: receiver.url, secret: SECRET }]),
     app: { hookRetry: { baseMs: 20, capMs: 40 } }
