@@ -263,3 +263,20 @@ t.test('runEnd gives up after its retries and a refusing (4xx) receiver is not r
   t.match(warns[0]?.data.message, /Hook runEnd#0 \(runEnd\) failed: it answered HTTP 400; giving up after 1 attempt$/)
   t.equal(refusing.received.length, 1)
 })
+
+t.test('an interrupt does not wait for a hung hook: the run is cancelled at once and the call sealed', async (t) => {
+  const hung = await startHookServer(t, () => ({ hang: true }))
+  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ on: 'preToolUse', url: hung.url, timeoutMs: 30_000 }]) })
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  ctx.devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: '.' } }] }, { text: 'never' })
+  await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'go' } })
+  for (let i = 0; i < 300 && hung.received.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.equal(hung.received.length, 1, 'the run is waiting on the hook')
+  const started = performance.now()
+  const interrupted = await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })
+  t.equal(interrupted.statusCode, 202)
+  t.equal(interrupted.json().status, 'cancelled')
+  t.ok(performance.now() - started < 2000, 'within moments, not the hook timeout')
+  const end = ofType(await observeEvents(ctx, session.id), 'tool:end')[0]
+  t.equal(end?.data.call.state, 'sealed')
+})
