@@ -8,8 +8,8 @@ import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schem
 import type {
   EventChannel, EventRecord, MessageRecord, MessageToolCall, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, ToolCallRecord
 } from '../store/store.ts'
-import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
 import { checkToolInput } from '../tools/json-schema.ts'
+import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
 import { toChatMessages } from './conversation.ts'
 import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
 import type { SessionTool, SessionToolSet } from './tool-set.ts'
@@ -339,8 +339,8 @@ export class RunExecution {
       record.state = outcome.error.code === 'DENIED_BY_USER' ? 'denied' : 'failed'
       record.error = outcome.error
     }
-    const shown = outcome.ok ? outcome.result : toModelToolResult(outcome.error)
-    const message = toolMessage(this.#session.id, this.run.id, record.id, this.#deps.hooks ? await this.#deps.hooks.afterToolUse(this.#hookContext(record), shown) : shown)
+    const shown = await this.#postToolUse(record, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
+    const message = toolMessage(this.#session.id, this.run.id, record.id, shown)
     // The call's final state, its events and its answer commit together.
     const writes: Array<Promise<unknown>> = []
     if (outcome.ok) {
@@ -365,6 +365,11 @@ export class RunExecution {
     const verdict = await this.#deps.hooks.beforeToolUse(this.#hookContext(record), check)
     if (verdict.ok && verdict.input !== undefined) record.input = verdict.input
     return verdict
+  }
+
+  /** The operator's postToolUse hooks may replace what the model reads; the call keeps its own result. */
+  async #postToolUse(record: ToolCallRecord, output: unknown): Promise<unknown> {
+    return this.#deps.hooks ? this.#deps.hooks.afterToolUse(this.#hookContext(record), output) : output
   }
 
   #hookContext(record: ToolCallRecord): ToolHookContext {

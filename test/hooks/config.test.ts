@@ -71,7 +71,8 @@ t.test('a bad hooks file stops start-up with one line and exit code 1', async (t
     })
     let stderr = ''
     child.stderr.on('data', (chunk) => (stderr += chunk))
-    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+    // Generous: start-up alone takes seconds on a loaded machine.
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000)
     child.on('exit', (code) => {
       clearTimeout(timer)
       resolve({ code, stderr })
