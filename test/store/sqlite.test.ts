@@ -75,3 +75,32 @@ t.test('writes queued together commit together, and one failing write fails alon
   const reopened = await store.ping().catch((err: Error) => err)
   t.match(reopened, { code: 'STORE_CLOSED' }, 'a write queued before close is committed, later calls are refused')
 })
+
+t.test("a session's tool calls page in call order with their run's request ID; a saved call keeps its latest input", async (t) => {
+  const store = new SqliteStore(':memory:')
+  t.teardown(() => store.close())
+  await store.migrate()
+  const now = new Date().toISOString()
+  for (const id of ['ses_a', 'ses_b']) {
+    await store.createSession({
+      id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
+      approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+    })
+  }
+  await store.createRun({
+    id: 'run_1', sessionId: 'ses_a', status: 'completed', requestId: 'req-1', steps: 1, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 },
+    error: null, messageId: 'msg_1', input: 'hi', createdAt: now, startedAt: now, endedAt: now
+  })
+  const call = (id: string, sessionId: string) => ({
+    id, sessionId, runId: 'run_1', step: 1, name: 'fs_read', input: { path: id }, state: 'pending' as const, startedAt: now, endedAt: null, durationMs: null
+  })
+  for (const id of ['call_3', 'call_1', 'call_2']) await store.saveToolCall(call(id, 'ses_a'))
+  await store.saveToolCall(call('call_0', 'ses_b'))
+  await store.saveToolCall({ ...call('call_2', 'ses_a'), input: { path: 'rewritten' }, state: 'completed', result: 'ok', endedAt: now, durationMs: 3 })
+
+  const first = await store.listSessionToolCalls('ses_a', { limit: 2 })
+  t.same(first.map((c) => c.id), ['call_1', 'call_2'])
+  t.match(first[1], { requestId: 'req-1', input: { path: 'rewritten' }, state: 'completed', result: 'ok', durationMs: 3 })
+  t.same((await store.listSessionToolCalls('ses_a', { limit: 2, after: 'call_2' })).map((c) => c.id), ['call_3'])
+  t.same((await store.listSessionToolCalls('ses_b', { limit: 10 })).map((c) => c.id), ['call_0'], 'only the session asked for')
+})
