@@ -196,6 +196,9 @@ for (const [behaviour, start, failure] of hostile) {
     t.same(ofType(events, 'hook_decided').map((e) => [e.data.hook, e.data.decision]), [['lenient', 'allow'], ['strict', 'deny']])
     const otherEvents = (await observe(ctx, other.id)).events
     t.notOk(otherEvents.some((e) => e.type === 'error' || e.type === 'hook_decided'), 'the other session saw nothing of it')
+    const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body
+    t.match(metrics, /agentd_hook_failures_total\{hook="lenient",code="HOOK_[A-Z_]+"\} 1/)
+    t.match(metrics, /agentd_hook_decisions_total\{hook="strict",decision="deny"\} 1/)
   })
 }
 
