@@ -10,6 +10,7 @@ import { RunManager } from './agent/run-manager.ts'
 import type { Config } from './config.ts'
 import { LocalEventBus, type EventBus } from './events/event-bus.ts'
 import { EventLog } from './events/event-log.ts'
+import { HookRunner } from './hooks/hooks.ts'
 import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
 import { ApiError, errorEnvelopePlugin, sendApiError, validationError } from './http/errors.ts'
@@ -24,11 +25,13 @@ import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
 import { sessionRoutes } from './routes/sessions.ts'
+import { toolCallRoutes } from './routes/tool-calls.ts'
 import { toolRoutes } from './routes/tools.ts'
 import { ClientToolSpecSchema, ToolSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
 import { EventSchema } from './schemas/events.ts'
 import { MessageSchema, RunSchema } from './schemas/messages.ts'
 import { SessionSchema } from './schemas/sessions.ts'
+import { ToolCallSchema } from './schemas/tool-calls.ts'
 import { openStore } from './store/index.ts'
 import { observeStore } from './store/observed.ts'
 import type { Store } from './store/store.ts'
@@ -89,6 +92,8 @@ export interface AppOptions {
   retryPolicy?: Partial<RetryPolicy>
   /** Tool output and concurrency limits. */
   tools?: ToolCatalogOptions
+  /** Backoff of runEnd hook retries (tests shorten it). */
+  hookRetry?: Partial<RetryPolicy>
   /** SSE keep-alive interval; SPEC default 15 s. */
   ssePingMs?: number
   /** How far (bytes) an SSE reader may fall behind before it is dropped; default 4 MiB. */
@@ -175,6 +180,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     await bus.close()
   })
   const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, ...options.tools })
+  const hooks = new HookRunner({ hooks: config.hooks, events, logger: log, ...(options.hookRetry ? { runEndRetry: options.hookRetry } : {}) })
   const runs = new RunManager({
     store,
     events,
@@ -184,6 +190,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     retryPolicy: { ...defaultRetryPolicy, ...options.retryPolicy, maxRetries: options.retryPolicy?.maxRetries ?? config.modelMaxRetries },
     maxSteps: config.maxSteps,
     maxActiveRunsPerTenant: config.limits.activeRunsPerTenant,
+    hooks,
     resolveTools: (session) => tools.resolve(session),
     toolExecutor: (session, sessionTools, requestId) =>
       tools.executor(session, sessionTools, log.child({ reqId: requestId, sessionId: session.id }))
@@ -240,6 +247,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     async drain(graceMs) {
       state.draining = true
       await runs.drain(graceMs)
+      await hooks.drain(graceMs)
       for (const stream of [...streams.keys()]) stream.end('server shutting down; reconnect with Last-Event-ID')
     }
   } satisfies Services)
@@ -248,7 +256,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Without a drain first (tests, embedders): runs are interrupted at once.
   app.addHook('onClose', async () => app.agentd.drain(0))
 
-  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
+  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema, ToolCallSchema]) app.addSchema(schema)
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
@@ -279,6 +287,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(messageRoutes)
   await app.register(eventRoutes)
   await app.register(toolRoutes)
+  await app.register(toolCallRoutes)
 
   // Runs a previous process left unfinished are ended or queued again before any request.
   await runs.recover()

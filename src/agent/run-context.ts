@@ -1,5 +1,6 @@
 import type { Logger } from 'pino'
 import type { EventLog } from '../events/event-log.ts'
+import type { HookRunner } from '../hooks/hooks.ts'
 import type { ModelProvider } from '../model/types.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { EventChannel, EventRecord, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, StoreWrite } from '../store/store.ts'
@@ -15,6 +16,8 @@ export interface RunDependencies {
   logger: Logger
   /** Server upper bounds; the session's limits may lower them. */
   maxSteps: number
+  /** The operator's preToolUse and postToolUse hooks (SPEC 15). */
+  hooks?: HookRunner | undefined
 }
 
 export type RunPhase = 'model' | 'tool' | 'system'

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino'
 import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
+import type { HookRunner } from '../hooks/hooks.ts'
 import type { ModelProvider } from '../model/types.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
@@ -27,6 +28,8 @@ export interface RunManagerOptions {
   resolveTools(session: SessionRecord): Promise<SessionToolSet>
   /** Builds the executor of server-side tools for one session. */
   toolExecutor(session: SessionRecord, tools: SessionToolSet, requestId: string): Promise<ExecuteTool>
+  /** The operator's hooks: tool hooks inside each run, runEnd after it. */
+  hooks?: HookRunner | undefined
 }
 
 /** A call of a run waiting on a person (approval) or a client (tool result). */
@@ -165,12 +168,12 @@ export class RunManager {
   }
 
   #dependencies(): RunDependencies {
-    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
-    return { store, events, model, logger, retryPolicy, maxSteps }
+    const { store, events, model, logger, retryPolicy, maxSteps, hooks } = this.#options
+    return { store, events, model, logger, retryPolicy, maxSteps, hooks }
   }
 
   /** Records a run that never started as cancelled (done: interrupted). */
-  async #endQueued(run: RunRecord): Promise<RunRecord> {
+  async #endQueued(run: RunRecord, tenant?: string): Promise<RunRecord> {
     const endedAt = new Date().toISOString()
     const ended: RunRecord = { ...run, status: 'cancelled', endedAt }
     try {
@@ -190,7 +193,16 @@ export class RunManager {
         this.#options.logger.error({ err, runId: run.id }, 'could not record a cancelled queued run')
       }
     }
+    await this.#runEnded(ended, tenant)
     return ended
+  }
+
+  /** Tells the operator's runEnd hooks (in the background); a run of a deleted session has no one to tell. */
+  async #runEnded(run: RunRecord, tenant?: string): Promise<void> {
+    const { hooks, store } = this.#options
+    if (!hooks) return
+    const owner = tenant ?? (await store.getSessionById(run.sessionId).catch(() => null))?.tenant
+    if (owner !== undefined) hooks.runEnd(run, owner)
   }
 
   /** Starts the session's next run if this process may claim it. */
@@ -218,23 +230,28 @@ export class RunManager {
         return true
       }
     })
-    void this.#execute(record, execution).then(async (run) => {
+    void this.#execute(record, execution).then(async ({ run, tenant }) => {
       detach()
       this.#executions.delete(record.id)
       await coordinator.release(record).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
       settle(run)
+      // A run that never started told the hooks when it was recorded (#endQueued).
+      if (tenant !== null) await this.#runEnded(run, tenant)
     })
   }
 
-  async #execute(record: RunRecord, execution: Execution): Promise<RunRecord> {
+  /** Runs the claimed run to its end; with the tenant it ran for (null when its session is gone). */
+  async #execute(record: RunRecord, execution: Execution): Promise<{ run: RunRecord; tenant: string | null }> {
     const { store, logger } = this.#options
     const signal = execution.controller.signal
     // Cancelled while it waited for its turn (a later message interrupted): it ends without starting.
-    if (signal.aborted) return this.#endQueued(record)
+    if (signal.aborted) return { run: await this.#endQueued(record), tenant: null }
+    let tenant: string | null = null
     try {
       const session = await store.getSessionById(record.sessionId)
       // Deleted while it was queued: nothing to run and nothing to record.
-      if (!session) return { ...record, status: 'cancelled', endedAt: new Date().toISOString() }
+      if (!session) return { run: { ...record, status: 'cancelled', endedAt: new Date().toISOString() }, tenant: null }
+      tenant = session.tenant
       const tools = await this.#options.resolveTools(session)
       const executeTool = await this.#options.toolExecutor(session, tools, record.requestId)
       const run = new RunExecution(session, record, this.#dependencies(), {
@@ -249,10 +266,10 @@ export class RunManager {
           return (answer as Extract<CallSignal, { kind: 'toolResult' }>).result
         }
       }, signal)
-      return await run.execute()
+      return { run: await run.execute(), tenant }
     } catch (err) {
       logger.error({ err, runId: record.id }, 'run could not start')
-      return { ...record, status: 'failed', endedAt: new Date().toISOString() }
+      return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant }
     }
   }
 

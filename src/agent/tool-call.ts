@@ -3,7 +3,9 @@ import type { ClassifiedError } from '../schemas/common.ts'
 import type { MessageRecord, MessageToolCall, StoreWrite, ToolCallRecord } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
 import { deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from '../tools/tool-errors.ts'
-import type { ExecuteTool, SessionToolSet, ToolOutcome } from '../tools/tool-set.ts'
+import type { ToolHookContext } from '../hooks/hooks.ts'
+import { checkToolInput } from '../tools/json-schema.ts'
+import type { ExecuteTool, SessionTool, SessionToolSet, ToolOutcome } from '../tools/tool-set.ts'
 import type { ApprovalDecision, ClientToolResult } from './run-coordinator.ts'
 import { now, type RunContext } from './run-context.ts'
 
@@ -41,15 +43,19 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: n
   let outcome: ToolOutcome
   try {
     const tool = hooks.tools.get(call.name)
-    const approval = tool && parsed.ok ? await approve(ctx, hooks, record) : null
+    const screened = tool && parsed.ok ? await preToolUse(ctx, record, tool) : null
+    const approval = tool && parsed.ok && screened?.ok !== false ? await approve(ctx, hooks, record, screened?.ask ?? false) : null
     if (!tool) {
       outcome = { ok: false, error: toolNotFound(call.name, hooks.tools.names) }
     } else if (!parsed.ok) {
       outcome = { ok: false, error: invalidArguments(call.name, parsed.message) }
+    } else if (screened?.ok === false) {
+      outcome = { ok: false, error: screened.error }
     } else if (approval?.decision === 'deny') {
       outcome = { ok: false, error: deniedByUser(call.name, approval.note) }
     } else if (tool.kind === 'client') {
-      const invalid = tool.check(parsed.value)
+      // The input a preToolUse hook may have rewritten.
+      const invalid = tool.check(record.input)
       outcome = invalid ? { ok: false, error: invalid } : await awaitClient(ctx, hooks, record)
     } else {
       record.state = 'executing'
@@ -71,15 +77,20 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: n
 
   record.endedAt = now()
   record.durationMs = Date.now() - startedAt
-  const message = toolMessage(ctx.session.id, ctx.run.id, record.id, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
-  const writes: StoreWrite[] = []
   if (outcome.ok) {
     record.state = 'completed'
     record.result = outcome.result
-    writes.push(saveCall(record), ctx.event('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true }))
   } else {
     record.state = outcome.error.code === 'DENIED_BY_USER' ? 'denied' : 'failed'
     record.error = outcome.error
+  }
+  // postToolUse hooks may replace what the model reads; the call keeps its own result.
+  const shown = await postToolUse(ctx, record, outcome.ok ? outcome.result : toModelToolResult(outcome.error))
+  const message = toolMessage(ctx.session.id, ctx.run.id, record.id, shown)
+  const writes: StoreWrite[] = []
+  if (outcome.ok) {
+    writes.push(saveCall(record), ctx.event('monitor', 'tool_executed', { call: snapshot(record), durationMs: record.durationMs, ok: true }))
+  } else {
     writes.push(
       saveCall(record),
       ctx.event('progress', 'tool:error', { call: snapshot(record), error: outcome.error }),
@@ -92,10 +103,31 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: n
   return message
 }
 
-/** Waits for a person's decision when the session's approval policy covers this call; allows it otherwise. */
-async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord): Promise<ApprovalDecision> {
+/** The operator's preToolUse hooks; a rewritten input replaces the call's input (its schema checked again). */
+async function preToolUse(ctx: RunContext, record: ToolCallRecord, tool: SessionTool) {
+  if (!ctx.deps.hooks) return null
+  const check = (input: unknown) => (tool.kind === 'client' ? tool.check(input) : checkToolInput(tool.name, tool.tool.parameters, input))
+  const verdict = await ctx.deps.hooks.beforeToolUse(hookContext(ctx, record), check)
+  if (verdict.ok && verdict.input !== undefined) record.input = verdict.input
+  return verdict
+}
+
+async function postToolUse(ctx: RunContext, record: ToolCallRecord, output: unknown): Promise<unknown> {
+  return ctx.deps.hooks ? ctx.deps.hooks.afterToolUse(hookContext(ctx, record), output) : output
+}
+
+function hookContext(ctx: RunContext, record: ToolCallRecord): ToolHookContext {
+  return {
+    sessionId: ctx.session.id, runId: ctx.run.id, requestId: ctx.run.requestId, signal: ctx.signal,
+    call: { ...snapshot(record), id: record.id, name: record.name, input: record.input },
+    emit: (channel, type, data) => ctx.emit(channel, type, data)
+  }
+}
+
+/** Waits for a person's decision when the session's approval policy (or a hook's ask) covers this call; allows it otherwise. */
+async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord, askedByHook: boolean): Promise<ApprovalDecision> {
   const { approval } = ctx.session
-  const needed = approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
+  const needed = askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
   if (!needed) return { decision: 'allow', note: null }
   record.state = 'approval_required'
   await ctx.commit([

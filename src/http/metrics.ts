@@ -15,6 +15,8 @@ const STATUS_BY_DONE_REASON: Readonly<Record<string, string>> = {
 
 /** A label value taken from event data: codes come from fixed catalogues, anything else is UNKNOWN. */
 const label = (value: unknown): string => (typeof value === 'string' && /^[A-Za-z0-9_]{1,64}$/.test(value) ? value : 'UNKNOWN')
+/** Hook names as the hooks file allows them (and the `preToolUse#0` default). */
+const hookLabel = (value: unknown): string => (typeof value === 'string' && /^[A-Za-z0-9._:#-]{1,64}$/.test(value) ? value : 'UNKNOWN')
 
 /**
  * GET /metrics in the Prometheus text format, fed by the event log (runs, tool and model errors,
@@ -45,6 +47,13 @@ export const metricsPlugin = fp(
     })
     const modelErrors = new Counter({
       name: 'agentd_model_errors_total', help: 'Model errors that failed a run', labelNames: ['code'], registers
+    })
+    // Hook names come from the operator's file, so the label stays small.
+    const hookDecisions = new Counter({
+      name: 'agentd_hook_decisions_total', help: 'Answers of operator hooks (or what onFailure decided), by hook and decision', labelNames: ['hook', 'decision'], registers
+    })
+    const hookFailures = new Counter({
+      name: 'agentd_hook_failures_total', help: 'Hook deliveries that failed (timeout, unreachable, HTTP error, bad answer), by hook and code', labelNames: ['hook', 'code'], registers
     })
     const tokens = new Counter({
       name: 'agentd_tokens_total', help: 'Model tokens used, by kind', labelNames: ['kind'], registers
@@ -78,6 +87,12 @@ export const metricsPlugin = fp(
           break
         case 'error':
           if (data.phase === 'model') modelErrors.inc({ code: label(data.detail?.code) })
+          if (data.phase === 'system' && typeof data.detail?.detail?.hook === 'string') {
+            hookFailures.inc({ hook: hookLabel(data.detail.detail.hook), code: label(data.detail.code) })
+          }
+          break
+        case 'hook_decided':
+          hookDecisions.inc({ hook: hookLabel(data.hook), decision: label(data.decision) })
           break
         case 'token_usage':
           // One token_usage per completed model call.

@@ -6,7 +6,7 @@ import { sqliteMigrations } from './sqlite-migrations.ts'
 import { unansweredCalls } from './history.ts'
 import type {
   EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
-  RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord
+  RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord, AuditedToolCall
 } from './store.ts'
 
 type Row = Record<string, unknown>
@@ -306,7 +306,7 @@ export class SqliteStore implements Store {
         return () => {
           this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
               duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+            ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
               duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(...params)
         }
       }
@@ -433,6 +433,13 @@ export class SqliteStore implements Store {
   async listToolCalls(runId: string): Promise<ToolCallRecord[]> {
     const rows = this.#stmt('SELECT * FROM tool_calls WHERE run_id = ? ORDER BY started_at, id').all(runId) as Row[]
     return rows.map(toToolCall)
+  }
+
+  async listSessionToolCalls(sessionId: string, options: { limit: number; after?: string }): Promise<AuditedToolCall[]> {
+    // Call IDs are time-ordered, so ID order is the order the model made the calls.
+    const rows = this.#stmt(`SELECT c.*, r.request_id FROM tool_calls c LEFT JOIN runs r ON r.id = c.run_id
+      WHERE c.session_id = ? AND c.id > ? ORDER BY c.id LIMIT ?`).all(sessionId, options.after ?? '', options.limit) as Row[]
+    return rows.map((row) => ({ ...toToolCall(row), requestId: (row.request_id as string | null) ?? null }))
   }
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {

@@ -61,6 +61,8 @@ export interface Store {
 
   getToolCall(sessionId: string, callId: string): Promise<ToolCallRecord | null>
   listToolCalls(runId: string): Promise<ToolCallRecord[]>
+  /** A session's tool calls, oldest first, each with its run's request ID; `after` is the last call ID of the previous page. */
+  listSessionToolCalls(sessionId: string, options: { limit: number; after?: string }): Promise<AuditedToolCall[]>
 
   /**
    * Claims an idempotency key for a request. Returns 'claimed' when the caller should process
@@ -181,6 +183,11 @@ export interface ToolCallRecord {
   durationMs: number | null
   result?: unknown
   error?: ClassifiedError
+}
+
+/** A tool call as the audit route shows it: with the request ID of the run that made it. */
+export interface AuditedToolCall extends ToolCallRecord {
+  requestId: string | null
 }
 
 export type EventChannel = 'progress' | 'control' | 'monitor'

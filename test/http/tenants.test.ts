@@ -52,6 +52,7 @@ t.test("a tenant cannot see or touch another tenant's session: every route answe
       send: (base) => asB('POST', `${base}/messages`, { content: 'hijack', onBusy: 'enqueue' }, { accept: 'text/event-stream' })
     },
     { operation: 'GET /v1/sessions/{id}/runs/{runId}', when: 'approval', send: (base) => asB('GET', `${base}/runs/${run.id}`) },
+    { operation: 'GET /v1/sessions/{id}/tool-calls', when: 'approval', send: (base) => asB('GET', `${base}/tool-calls`) },
     { operation: 'GET /v1/sessions/{id}/events', when: 'approval', send: (base) => asB('GET', `${base}/events`, undefined, { accept: 'application/json' }) },
     { operation: 'GET /v1/sessions/{id}/events (SSE)', when: 'approval', send: (base) => asB('GET', `${base}/events`, undefined, { accept: 'text/event-stream' }) },
     { operation: 'POST /v1/sessions/{id}/fork', when: 'approval', send: (base) => asB('POST', `${base}/fork`, {}) },

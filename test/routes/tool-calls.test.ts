@@ -1,0 +1,57 @@
+import t from 'tap'
+import { buildTestApp } from '../helpers/app.ts'
+
+const KEY_A = 'key-of-tenant-a-0123456789abcdef'
+const KEY_B = 'key-of-tenant-b-0123456789abcdef'
+
+t.test("GET /v1/sessions/{id}/tool-calls pages a session's calls with input, state, result or error, duration, run and request", async (t) => {
+  const { app, devModel } = await buildTestApp(t, { env: { AGENTD_API_KEYS: `a:${KEY_A},b:${KEY_B}` } })
+  const asA = { authorization: `Bearer ${KEY_A}` }
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', headers: asA, payload: {} })).json()
+  devModel.script(
+    { toolCalls: [{ name: 'fs_write', arguments: { path: 'a.txt', content: 'one' } }, { name: 'fs_read', arguments: { path: 'missing.txt' } }] },
+    { toolCalls: [{ name: 'fs_read', arguments: { path: 'a.txt' } }] },
+    { text: 'done' }
+  )
+  const { run } = (await app.inject({
+    method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, headers: { ...asA, 'x-request-id': 'req-audit-1' }, payload: { content: 'work' }
+  })).json()
+  t.equal(run.status, 'completed')
+
+  const url = `/v1/sessions/${session.id}/tool-calls`
+  const first = await app.inject({ method: 'GET', url: `${url}?limit=2`, headers: asA })
+  t.equal(first.statusCode, 200)
+  const page1 = first.json()
+  t.equal(page1.data.length, 2)
+  t.type(page1.nextCursor, 'string')
+  t.match(page1.data[0], {
+    id: /^call_/, sessionId: session.id, runId: run.id, requestId: 'req-audit-1', step: 1, name: 'fs_write',
+    input: { path: 'a.txt', content: 'one' }, state: 'completed', startedAt: String, endedAt: String, durationMs: Number
+  })
+  t.ok('result' in page1.data[0], 'a completed call has its result')
+  t.match(page1.data[1], { name: 'fs_read', state: 'failed', error: { errorType: 'logical', code: 'NOT_FOUND' } })
+  t.notOk('result' in page1.data[1], 'a failed call has its error, no result')
+
+  const page2 = (await app.inject({ method: 'GET', url: `${url}?limit=2&cursor=${page1.nextCursor}`, headers: asA })).json()
+  t.equal(page2.data.length, 1)
+  t.match(page2.data[0], { name: 'fs_read', step: 2, state: 'completed', result: { content: 'one' } })
+  t.equal(page2.nextCursor, null, 'the last page says so')
+
+  const other = await app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${KEY_B}` } })
+  t.equal(other.statusCode, 404, "another tenant's session is not found")
+  t.equal(other.json().error.code, 'SESSION_NOT_FOUND')
+  t.equal((await app.inject({ method: 'GET', url })).statusCode, 401, 'no key, no audit')
+})
+
+t.test('a cursor the API did not return and a bad limit are 400 VALIDATION_ERROR', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  const empty = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json()
+  t.same(empty, { data: [], nextCursor: null })
+  for (const query of ['cursor=not-a-cursor', 'limit=0', 'limit=101', 'colour=blue']) {
+    const res = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls?${query}` })
+    t.equal(res.statusCode, 400, query)
+    t.equal(res.json().error.code, 'VALIDATION_ERROR', query)
+  }
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions/ses_00000000000000000000000000/tool-calls' })).statusCode, 404)
+})
