@@ -1,6 +1,6 @@
 import type { ClassifiedError } from '../schemas/common.ts'
 import { unansweredCalls } from '../store/history.ts'
-import type { MessageToolCall, RunStatus, StoreWrite, ToolCallRecord } from '../store/store.ts'
+import { isSessionGone, type MessageToolCall, type RunStatus, type StoreWrite, type ToolCallRecord } from '../store/store.ts'
 import { toolInterrupted } from '../tools/tool-errors.ts'
 import { now, type RunContext, type RunPhase } from './run-context.ts'
 import { sealCall } from './tool-call.ts'
@@ -27,7 +27,7 @@ export async function endRun(ctx: RunContext, status: RunStatus, reason: DoneRea
     await sealOpenCalls(ctx)
     await closeRun(ctx, status, reason, error, phase)
   } catch (err) {
-    ctx.log.error({ err, status, reason }, 'could not record the end of the run')
+    if (!isSessionGone(err)) ctx.log.error({ err, status, reason }, 'could not record the end of the run')
     ctx.run.status = status
     ctx.run.error = error
     ctx.run.endedAt ??= now()

@@ -1,6 +1,6 @@
 import { newId } from '../ids.ts'
 import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
-import type { MessageRecord, MessageToolCall, RunRecord, SessionRecord } from '../store/store.ts'
+import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord, type SessionRecord } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
 import { toChatMessages } from './conversation.ts'
 import { callModel } from './model-turn.ts'
@@ -46,10 +46,17 @@ export class RunExecution {
       const failed = reason === 'max_steps'
       await closeRun(ctx, failed ? 'failed' : 'completed', reason, failed ? maxStepsError(this.#maxSteps) : null, 'system')
     } catch (err) {
+      if (isSessionGone(err)) {
+        // The session was deleted under the run: nothing is left to record or to tell.
+        ctx.log.debug('run ended: its session was deleted')
+        ctx.run.status = 'cancelled'
+        ctx.run.endedAt ??= now()
+        return ctx.run
+      }
       if (ctx.signal.aborted) {
         await endRun(ctx, 'cancelled', 'interrupted', null)
       } else {
-        const failure = err instanceof RunFailure ? err : new RunFailure(classifyException(err, 'system', { fatal: true }), 'system')
+        const failure = err instanceof RunFailure ? err : new RunFailure(serviceFailure(err), 'system')
         if (!(err instanceof RunFailure)) ctx.log.error({ err }, 'run failed unexpectedly')
         await endRun(ctx, 'failed', 'failed', failure.error, failure.phase)
       }
@@ -104,6 +111,16 @@ export class RunExecution {
     }
     return 'max_steps'
   }
+}
+
+/**
+ * The run's error when the service itself failed (a store write, a bug): classified like any
+ * exception, but its message stays in the logs (with the request ID), never in what clients
+ * read: a store's error text can hold SQL and file paths.
+ */
+function serviceFailure(err: unknown): ClassifiedError {
+  const error = classifyException(err, 'system', { fatal: true })
+  return { ...error, message: 'The service failed while running this run (details are in its logs under the request ID); the run was ended' }
 }
 
 function maxStepsError(maxSteps: number): ClassifiedError {

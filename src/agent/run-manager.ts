@@ -4,7 +4,7 @@ import type { EventLog } from '../events/event-log.ts'
 import type { HookRunner } from '../hooks/hooks.ts'
 import type { ModelProvider } from '../model/types.ts'
 import { emptyUsage } from '../schemas/common.ts'
-import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
+import { isSessionGone, type MessageRecord, type RunRecord, type SessionRecord, type Store, type ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
 import { abandonAfterRestart } from './recovery.ts'
 import type { RetryPolicy } from './retry.ts'
@@ -80,11 +80,9 @@ export class RunManager {
     }
     message.runId = record.id
     const cancellation = await this.#options.coordinator.admit(session, { ...record }, input.onBusy, this.#options.maxActiveRunsPerTenant)
-      .catch(async (err: unknown) => {
+      .catch((err: unknown) => {
         // Deleted between the route's lookup and the run's insert: the session is gone, not broken.
-        if (!(err instanceof AgentError) && !(await this.#options.store.getSessionById(session.id).catch(() => null))) {
-          throw new AgentError('SESSION_NOT_FOUND', `No session ${session.id}`)
-        }
+        if (isSessionGone(err)) throw new AgentError('SESSION_NOT_FOUND', `No session ${session.id}`)
         throw err
       })
     for (const queued of cancellation.dequeued) await this.#endQueued(queued)
@@ -188,10 +186,8 @@ export class RunManager {
         }
       ])
     } catch (err) {
-      // The session may be gone (deleted meanwhile): nothing is left to record.
-      if (await this.#options.store.getSessionById(run.sessionId).catch(() => null)) {
-        this.#options.logger.error({ err, runId: run.id }, 'could not record a cancelled queued run')
-      }
+      // A deleted session leaves nothing to record.
+      if (!isSessionGone(err)) this.#options.logger.error({ err, runId: run.id }, 'could not record a cancelled queued run')
     }
     await this.#runEnded(ended, tenant)
     return ended

@@ -4,6 +4,7 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import type { Usage } from '../schemas/common.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { unansweredCalls } from './history.ts'
+import { SessionGoneError } from './store.ts'
 import type {
   EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
   RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord, AuditedToolCall
@@ -211,6 +212,15 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * Claims of requests still in progress when the store was last closed. This process holds the
+   * file alone, so no request of it is in flight yet: their holders are gone (kill -9), and their
+   * keys are freed for the retry instead of waiting for the lease.
+   */
+  async releaseOrphanedClaims(): Promise<number> {
+    return this.#write(() => Number(this.#stmt(`DELETE FROM idempotency WHERE state = 'in_progress'`).run().changes))
+  }
+
   async ping(): Promise<void> {
     this.#stmt('SELECT 1').get()
   }
@@ -228,9 +238,15 @@ export class SqliteStore implements Store {
     const statements = writes.map((write) => this.#prepareWrite(write))
     return this.#write(() => {
       const events: EventRecord[] = []
-      for (const apply of statements) {
-        const event = apply()
-        if (event) events.push(event)
+      try {
+        for (const apply of statements) {
+          const event = apply()
+          if (event) events.push(event)
+        }
+      } catch (err) {
+        // Every foreign key of these tables points at the session: it was deleted meanwhile.
+        if (/FOREIGN KEY constraint failed/.test((err as Error).message)) throw new SessionGoneError()
+        throw err
       }
       return events
     }, { atomic: writes.length > 1 })
@@ -244,7 +260,7 @@ export class SqliteStore implements Store {
         const data = JSON.stringify(event.data)
         return () => {
           const last = this.#currentSeq(event.sessionId)
-          if (last === undefined) throw new Error(`session ${event.sessionId} does not exist`)
+          if (last === undefined) throw new SessionGoneError(event.sessionId)
           const seq = last + 1
           this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, data)

@@ -25,7 +25,8 @@ export interface Store {
    * Applies the writes in one transaction, in order: all of them or none. Each event gets the
    * next `seq` of its session, allocated inside the transaction (so seq stays gap-free with any
    * number of writers); a message is placed after the events written before it. Resolves with
-   * the stored events, in seq order per session, once committed.
+   * the stored events, in seq order per session, once committed. A write for a session that
+   * does not exist (any more) fails the unit with SessionGoneError.
    */
   commit(writes: readonly StoreWrite[]): Promise<EventRecord[]>
 
@@ -78,6 +79,20 @@ export interface Store {
   /** Forgets records created before `olderThan`. */
   purgeIdempotency(olderThan: Date): Promise<number>
 }
+
+/**
+ * A write for a session that no longer exists (it was deleted meanwhile). Not a failure of the
+ * store: the work that belonged to that session simply ends.
+ */
+export class SessionGoneError extends Error {
+  readonly code = 'SESSION_GONE'
+  constructor(sessionId?: string) {
+    super(sessionId ? `session ${sessionId} does not exist` : 'the session does not exist')
+  }
+}
+
+/** Whether a store call failed because its session is gone (SessionGoneError). */
+export const isSessionGone = (err: unknown): boolean => (err as { code?: unknown } | null)?.code === 'SESSION_GONE'
 
 /** One write of a unit of work (Store.commit). */
 export type StoreWrite =

@@ -124,3 +124,42 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     t.same(messages.map((m: { content: string }) => m.content), ['first', 'second', 'second answer'], 'nothing the client sent is lost')
   })
 })
+
+t.test('an Idempotency-Key whose request died with its process can be retried after the restart', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const dir = tempDir(t)
+  const env = { AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'test' }
+  let server = await startServer(env)
+  t.teardown(() => server.child.kill('SIGKILL'))
+  const session = await (await fetch(`${server.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"tools":[]}' })).json() as { id: string }
+  const send = () => fetch(`${server.url}/v1/sessions/${session.id}/messages?wait=true`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'retry-me' }, body: JSON.stringify({ content: 'hello' })
+  })
+  devModel.script({ hang: true })
+  const first = send().catch(() => null)
+  await until(async () => devModel.requests.length > 0, 10_000, 'the model call')
+  server.child.kill('SIGKILL')
+  await server.exited
+  await first
+  server = await startServer(env)
+  devModel.script({ text: 'answered after the crash' })
+  const retry = await send()
+  t.equal(retry.status, 200, 'the retry is processed, not 409 IDEMPOTENCY_IN_PROGRESS')
+  const body = await retry.json() as { run: { status: string }; message: { content: string } }
+  t.equal(body.run.status, 'completed')
+  t.equal(body.message.content, 'answered after the crash')
+  const again = await send()
+  t.equal(again.headers.get('idempotent-replayed'), 'true', 'and its answer is the one kept under the key')
+})
+
+t.test('a second agentd on the same SQLite file refuses to start with one line, and the first keeps serving', async (t) => {
+  const dir = tempDir(t)
+  const env = { AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws') }
+  const first = await startServer(env)
+  t.teardown(() => first.child.kill('SIGKILL'))
+  const second = await startServer(env).then(() => null, (err: Error) => err)
+  t.match(second?.message, /exited with 1 before listening: agentd: cannot start: .*in use by another process/)
+  t.equal(second?.message.trim().split('\n').length, 1, 'one line, no stack trace')
+  t.equal((await fetch(`${first.url}/readyz`)).status, 200, 'the first is untouched')
+})

@@ -16,6 +16,7 @@ t.test('a failing store write ends the run as failed, reports it, and the servic
   const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'x' } })).json()
   t.equal(res.run.status, 'failed')
   t.match(res.run.error, { errorType: 'exception', fatal: true })
+  t.notMatch(JSON.stringify(res.run.error), /disk I\/O/, "the store's own error text stays in the logs")
   const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
   t.match(events.find((e) => e.type === 'error')?.data, { severity: 'error', phase: 'system', detail: { errorType: 'exception' } })
   t.equal(events.at(-1)?.type, 'done')

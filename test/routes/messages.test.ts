@@ -243,3 +243,56 @@ t.test('a message stored while the active run ends still runs (no lost run)', as
   ])
   t.match(finished, { status: 'completed' }, 'the second run ran')
 })
+
+t.test('two interrupting messages sent together are answered in the order accepted; the older gives way to the newer', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  // Only the first run is sure to be running when both interrupts arrive; the older one may be
+  // cancelled before or after it starts, depending on when the newer one is accepted.
+  devModel.script({ hang: true, afterChunks: 1 }, { text: 'answer' }, { text: 'answer' })
+  const first = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: '1' } })).json()
+  const [older, newer] = await Promise.all(['2', '3'].map((content) =>
+    app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content, onBusy: 'interrupt' } }).then((r) => r.json())))
+  const ended = await Promise.all([first, older, newer].map((a) => app.agentd.runs.waitFor(session.id, a.run.id)))
+  t.equal(ended[0]?.status, 'cancelled', 'the running one is interrupted')
+  t.equal(ended[2]?.status, 'completed', 'the newest runs to its end')
+  t.ok(ended[1]?.status === 'cancelled' || ended[1]?.status === 'completed', 'the older one ends before the newer starts')
+  const done = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=done`, headers: { accept: 'application/json' } })).json().data
+  t.same(done.map((e: StreamedEvent) => e.runId), [first.run.id, older.run.id, newer.run.id], 'done in the order accepted')
+})
+
+t.test("messages racing a session's deletion end quietly: 202 or 404, no run left, no error logged", async (t) => {
+  const logLines: string[] = []
+  const { app, devModel } = await buildTestApp(t, { logLines })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'slow', delayMs: 200 })
+  const posts = Array.from({ length: 10 }, (_, i) =>
+    app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: String(i), onBusy: 'enqueue' } }))
+  const deleted = app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })
+  const answers = await Promise.all(posts)
+  t.equal((await deleted).statusCode, 204)
+  t.ok(answers.every((r) => r.statusCode === 202 || r.statusCode === 404), `every message is accepted or 404: ${answers.map((r) => r.statusCode)}`)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  t.equal(app.agentd.runs.activeCount, 0, 'nothing runs for the deleted session')
+  const errors = logLines.map((line) => JSON.parse(line) as { level: number; msg: string }).filter((line) => line.level >= 50)
+  t.same(errors.map((e) => e.msg), [], 'no error was logged')
+})
+
+t.test('a ?wait=true run cancelled by shutdown is answered 503 and its Idempotency-Key is not kept', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ hang: true })
+  const waiting = app.inject({
+    method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, headers: { 'idempotency-key': 'shutdown-1' }, payload: { content: 'x' }
+  })
+  while (devModel.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+  await app.agentd.drain(0)
+  const res = await waiting
+  t.equal(res.statusCode, 503)
+  t.equal(res.json().error.code, 'UNAVAILABLE')
+  t.ok(res.headers['retry-after'], 'with Retry-After')
+  const claim = await app.agentd.store.claimIdempotency({
+    tenant: 'default', key: 'shutdown-1', fingerprint: 'another body', createdAt: new Date().toISOString(), leaseUntil: new Date(Date.now() + 1000).toISOString()
+  })
+  t.same(claim, { state: 'claimed' }, 'the key is free for the retry after the restart')
+})

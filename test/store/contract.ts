@@ -32,7 +32,9 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal((await store.getSessionById('ses_a'))?.lastSeq, 3, 'the session knows its last seq')
     t.same((await store.listEvents('ses_a', { after: 1 })).map((e) => e.seq), [2, 3])
     t.same((await store.listEvents('ses_a', { after: 0, limit: 1 })).map((e) => e.seq), [1])
-    await t.rejects(store.commit([ev(event('ses_missing'))]), 'an event of no session is refused')
+    await t.rejects(store.commit([ev(event('ses_missing'))]), { code: 'SESSION_GONE' }, 'an event of no session is refused')
+    await t.rejects(store.commit([{ type: 'message', message: message('msg_gone', 'ses_missing') }]), { code: 'SESSION_GONE' }, 'so is a message')
+    await t.rejects(store.commit([{ type: 'newRun', run: run('run_gone', 'ses_missing') }]), { code: 'SESSION_GONE' }, 'and a run')
   })
 
   t.test('a unit of work commits all of its writes or none of them', async (t) => {
