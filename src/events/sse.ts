@@ -1,10 +1,36 @@
 import type { ServerResponse } from 'node:http'
 import type { EventRecord, EventChannel, Store } from '../store/store.ts'
-import type { EventLog } from './event-log.ts'
+
+/** What a stream subscribes through: the event log today, an event bus port tomorrow. */
+export interface EventFeed {
+  subscribe(sessionId: string, listener: (event: EventRecord) => void): () => void
+}
 
 /** The one SSE encoder: `id`, `event`, `data` (the event as one JSON line), blank line. */
 export function encodeEvent(event: EventRecord): string {
   return `id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+}
+
+/**
+ * The frame of an event as bytes, encoded once however many streams send it: the event log
+ * hands every subscriber the same record, and every socket then holds the same Buffer rather
+ * than a string of its own.
+ */
+const frames = new WeakMap<EventRecord, Buffer>()
+export function eventFrame(event: EventRecord): Buffer {
+  let frame = frames.get(event)
+  if (!frame) {
+    frame = Buffer.from(encodeEvent(event))
+    frames.set(event, frame)
+  }
+  return frame
+}
+
+/** Bytes written to streams that their sockets have not taken yet, summed over every stream sharing it. */
+export interface HeldBytes {
+  held: number
+  /** Above this, a stream that is behind is dropped instead of buffering more. */
+  readonly max: number
 }
 
 export interface EventStreamOptions {
@@ -20,6 +46,8 @@ export interface EventStreamOptions {
   pingIntervalMs?: number
   /** Unsent bytes a reader may fall behind by (besides the kernel's buffers) before it is dropped as too slow. */
   maxBufferedBytes?: number
+  /** The budget of unsent bytes shared with other streams; a stream that is behind when it is spent is dropped. */
+  budget?: HeldBytes
   /** Headers the reply already carries (request ID, CORS, security); the SSE ones take precedence. */
   headers?: Record<string, string | number | string[] | undefined>
   /** Called once when the stream has ended, for whatever reason. */
@@ -29,6 +57,8 @@ export interface EventStreamOptions {
 export interface OpenEventStream {
   /** Ends the stream after a final comment frame (shutdown). */
   end(reason: string): void
+  /** Bytes written to this stream that its socket has not taken yet. */
+  readonly heldBytes: number
   readonly closed: Promise<void>
 }
 
@@ -37,12 +67,14 @@ const REPLAY_PAGE = 500
 /**
  * Streams a session's events to one client: subscribe first, replay from the store, then go
  * live, dropping live events already replayed, so the seam loses, repeats and reorders nothing.
- * A reader that falls more than maxBufferedBytes behind is disconnected; it resumes with
- * Last-Event-ID from the last event it received.
+ * A reader that is behind (bytes written and not yet taken by its socket) when the next frame
+ * would take it past maxBufferedBytes, or the shared budget past its max, is disconnected; it
+ * resumes with Last-Event-ID from the last event it received.
  */
-export function openEventStream(res: ServerResponse, store: Store, log: EventLog, options: EventStreamOptions): OpenEventStream {
+export function openEventStream(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions): OpenEventStream {
   const pingIntervalMs = options.pingIntervalMs ?? 15_000
   const maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
+  const budget = options.budget ?? { held: 0, max: Number.POSITIVE_INFINITY }
   const channels = options.channels?.length ? new Set(options.channels) : null
   const types = options.types?.length ? new Set(options.types) : null
   const wanted = (event: EventRecord) =>
@@ -55,6 +87,7 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
   let ended = false
   let lastSeq = options.after
   let replaying = true
+  let held = 0
   const pending: EventRecord[] = []
 
   const finish = () => {
@@ -62,27 +95,43 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
     ended = true
     clearInterval(ping)
     unsubscribe()
+    // What the socket still holds is freed with it; written-back callbacks no longer count.
+    budget.held -= held
+    held = 0
     if (!res.writableEnded) res.end()
     options.onClose?.()
     resolveClosed()
+  }
+
+  /** Writes bytes and counts them as held until the socket has taken them. */
+  const send = (bytes: Buffer | string) => {
+    const size = Buffer.byteLength(bytes)
+    held += size
+    budget.held += size
+    res.write(bytes, () => {
+      if (ended) return
+      held -= size
+      budget.held -= size
+    })
   }
 
   const write = (event: EventRecord) => {
     if (ended || event.seq <= lastSeq) return
     lastSeq = event.seq
     if (!wanted(event)) return
-    if (res.writableLength > maxBuffered) {
-      // Too slow: the backlog is already over the limit. Drop the connection instead of
-      // buffering without bound; the client resumes from the last id it received.
+    const frame = eventFrame(event)
+    if (held > 0 && (held + frame.length > maxBuffered || budget.held + frame.length > budget.max)) {
+      // Too slow: drop the connection instead of buffering without bound. A reader that keeps
+      // up (nothing held) always gets the frame, so one large event never drops it.
       res.destroy()
       finish()
       return
     }
-    res.write(encodeEvent(event))
+    send(frame)
     if (options.untilDone && event.type === 'done') finish()
   }
 
-  const unsubscribe = log.subscribe(options.sessionId, (event) => {
+  const unsubscribe = feed.subscribe(options.sessionId, (event) => {
     if (replaying) pending.push(event)
     else write(event)
   })
@@ -94,9 +143,10 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
     'x-accel-buffering': 'no',
     connection: 'keep-alive'
   })
-  res.write('retry: 2000\n\n')
+  send('retry: 2000\n\n')
+  // A reader that is behind has no use for pings piling up behind its events.
   const ping = setInterval(() => {
-    if (!ended) res.write(': ping\n\n')
+    if (!ended && held === 0) send(': ping\n\n')
   }, pingIntervalMs)
   ping.unref()
   res.on('close', finish)
@@ -127,6 +177,9 @@ export function openEventStream(res: ServerResponse, store: Store, log: EventLog
       if (ended) return
       res.write(`: ${reason}\n\n`)
       finish()
+    },
+    get heldBytes() {
+      return held
     },
     closed
   }

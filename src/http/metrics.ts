@@ -51,7 +51,11 @@ export const metricsPlugin = fp(
     })
     new Gauge({
       name: 'agentd_sse_connections', help: 'SSE event streams open now', registers,
-      collect() { this.set(app.agentd.streamCount) }
+      collect() { this.set(app.streams.count) }
+    })
+    new Gauge({
+      name: 'agentd_sse_held_bytes', help: 'Bytes written to SSE streams that their readers have not taken yet', registers,
+      collect() { this.set(app.streams.heldBytes) }
     })
     const requestDuration = new Histogram({
       name: 'agentd_http_request_duration_seconds',
@@ -125,5 +129,5 @@ export const metricsPlugin = fp(
       return registry.metrics()
     })
   },
-  { name: 'agentd-metrics', decorators: { fastify: ['agentd'] } }
+  { name: 'agentd-metrics', decorators: { fastify: ['agentd', 'streams'] } }
 )

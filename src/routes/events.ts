@@ -48,7 +48,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       })
       return reply.type('application/json').send({ data, nextAfter: data.at(-1)?.seq ?? after })
     }
-    app.agentd.openStream(request, reply, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
+    app.streams.send(reply, request.keyId, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
     return reply
   })
 }

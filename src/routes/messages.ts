@@ -35,14 +35,14 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
     const streaming = wantsEventStream(request.headers.accept)
     // Refuse before the run exists: a 429 must not leave a run the client cannot watch.
-    if (streaming) app.agentd.assertStreamCapacity(request)
+    if (streaming) app.streams.assertCapacity(request.keyId)
     const { message, run } = await runs.submit({
       session, content: request.body.content, onBusy: request.body.onBusy ?? 'reject', requestId: request.id
     })
     request.log.info({ sessionId: session.id, runId: run.id }, 'run submitted')
     if (streaming) {
       await request.idempotency?.complete(200, { stream: { sessionId: session.id, runId: run.id }, message: toMessageView(message), run: toRunView(run) })
-      app.agentd.openStream(request, reply, { sessionId: session.id, after: session.lastSeq, runId: run.id, untilDone: true })
+      app.streams.send(reply, request.keyId, { sessionId: session.id, after: session.lastSeq, runId: run.id, untilDone: true })
       return reply
     }
     if (request.query.wait) {

@@ -183,7 +183,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     await sessionOr404(store, request.tenant, id)
     await app.agentd.runs.cancelSession(id)
     await store.deleteSession(request.tenant, id)
-    app.agentd.endSessionStreams(id, 'session deleted')
+    app.streams.endSession(id, 'session deleted')
     await app.agentd.tools.removeWorkspace(id)
     return reply.status(204).send()
   })
