@@ -14,6 +14,7 @@ import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
+import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
 import type { ModelProvider } from './model/types.ts'
 import { eventRoutes } from './routes/events.ts'
@@ -182,6 +183,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
+  await app.register(strictQueryPlugin)
   await app.register(openApiPlugin, { version })
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
   await app.register(authPlugin, {
