@@ -1,13 +1,22 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { apiError } from '../http/errors.ts'
+import { apiError, validationError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import {
-  AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, MessageListSchema, PostMessageBodySchema,
+  AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, ListMessagesQuerySchema, MessageListSchema, PostMessageBodySchema,
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
 import { sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
+
+const badCursor = () => validationError([{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }],
+  'cursor is not a nextCursor this API returned for this session')
+const encodeMessageCursor = (id: string) => Buffer.from(id, 'utf8').toString('base64url')
+function decodeMessageCursor(cursor: string): string {
+  const id = Buffer.from(cursor, 'base64url').toString('utf8')
+  if (!/^msg_[0-9A-Za-z]{1,64}$/.test(id) || encodeMessageCursor(id) !== cursor) throw badCursor()
+  return id
+}
 
 const SseSchema = Type.String({ description: 'Server-Sent Events: id, event and data (the Event as JSON) per frame' })
 
@@ -57,13 +66,19 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
-      summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order',
+      summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order, a page at a time',
       params: SessionParamsSchema,
+      querystring: ListMessagesQuerySchema,
       response: { 200: MessageListSchema, ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
-    return { data: (await store.listMessages(session.id)).map(toMessageView) }
+    const { limit, cursor } = request.query
+    const after = cursor === undefined ? undefined : decodeMessageCursor(cursor)
+    const page = await store.pageMessages(session.id, after === undefined ? { limit: limit + 1 } : { limit: limit + 1, after })
+    if (!page) throw badCursor()
+    const data = page.slice(0, limit)
+    return { data: data.map(toMessageView), nextCursor: page.length > limit ? encodeMessageCursor(data.at(-1)?.id ?? '') : null }
   })
 
   app.get('/v1/sessions/:id/runs/:runId', {

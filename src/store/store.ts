@@ -41,6 +41,11 @@ export interface Store {
 
   addMessage(message: MessageRecord): Promise<void>
   listMessages(sessionId: string): Promise<MessageRecord[]>
+  /**
+   * At most `limit` messages of the session in order, after the message `after` (from the first
+   * when omitted); null when `after` is not a message of this session.
+   */
+  pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null>
 
   createRun(run: RunRecord): Promise<void>
   getRun(sessionId: string, runId: string): Promise<RunRecord | null>

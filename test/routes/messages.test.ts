@@ -243,3 +243,37 @@ t.test('a message stored while the active run ends still runs (no lost run)', as
   ])
   t.match(finished, { status: 'completed' }, 'the second run ran')
 })
+
+t.test('the conversation pages with limit and nextCursor, in order, and refuses a cursor it did not give', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  for (const content of ['one', 'two', 'three']) {
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content } })
+  }
+  const url = `/v1/sessions/${session.id}/messages`
+  const whole = (await app.inject({ method: 'GET', url: `${url}?limit=1000` })).json()
+  t.equal(whole.data.length, 6, 'three user and three assistant messages')
+  t.equal(whole.nextCursor, null, 'one page holds them all')
+
+  const pages: string[][] = []
+  let cursor: string | null = null
+  do {
+    const res: Awaited<ReturnType<typeof app.inject>> = await app.inject({ method: 'GET', url: `${url}?limit=4${cursor ? `&cursor=${cursor}` : ''}` })
+    t.equal(res.statusCode, 200)
+    const page: { data: Array<{ id: string }>; nextCursor: string | null } = res.json()
+    pages.push(page.data.map((m: { id: string }) => m.id))
+    cursor = page.nextCursor
+  } while (cursor)
+  t.same(pages.map((p) => p.length), [4, 2], 'pages of at most limit')
+  t.same(pages.flat(), whole.data.map((m: { id: string }) => m.id), 'every message once, in order')
+  t.equal((await app.inject({ method: 'GET', url })).json().data.length, 6, 'a default page of 100')
+
+  const other = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const foreign = (await app.inject({ method: 'GET', url: `${url}?limit=1` })).json().nextCursor
+  for (const bad of ['nonsense', foreign]) {
+    const res = await app.inject({ method: 'GET', url: `/v1/sessions/${other.id}/messages?cursor=${bad}` })
+    t.equal(res.statusCode, 400, `cursor ${bad}`)
+    t.equal(res.json().error.details.fields[0].field, 'querystring.cursor')
+  }
+  t.equal((await app.inject({ method: 'GET', url: `${url}?limit=1001` })).statusCode, 400, 'limit is at most 1000')
+})
