@@ -9,7 +9,7 @@ import type {
 } from '../store/store.ts'
 import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
 import { toChatMessages } from './conversation.ts'
-import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
+import { retryDelayMs, shouldRetry, sleep, waitRefused, type RetryPolicy } from './retry.ts'
 import type { SessionToolSet } from './tool-set.ts'
 
 /** How a tool call that the service runs is executed (the isolation runtime). */
@@ -213,6 +213,7 @@ export class RunExecution {
   /** One model call with the retry policy of SPEC 5.1, streaming text and reasoning as events. */
   async #callModel(step: number, messages: ReturnType<typeof toChatMessages>) {
     const { model, retryPolicy } = this.#deps
+    let waitedMs = 0
     for (let attempt = 0; ; attempt++) {
       const text = { started: false, value: '' }
       const reasoning = { started: false, ended: false, value: '' }
@@ -251,6 +252,9 @@ export class RunExecution {
         const error = err instanceof ModelError ? err : classifyModelError(err)
         if (!firstTokenSeen && shouldRetry(error, attempt, retryPolicy)) {
           const delayMs = retryDelayMs(retryPolicy, attempt, error.retryAfterMs)
+          const refused = waitRefused(error, retryPolicy, waitedMs, delayMs)
+          if (refused) throw new RunFailure(refused, 'model')
+          waitedMs += delayMs
           this.#log.warn({ code: error.classified.code, status: error.status, attempt: attempt + 1, delayMs }, 'model call failed, retrying')
           await this.emit('monitor', 'model_retry', { attempt: attempt + 1, delayMs, code: error.classified.code, status: error.status })
           await sleep(delayMs, this.#signal)

@@ -108,6 +108,21 @@ t.test('model errors: retries, fatal failures, timeouts and cut streams', async 
     t.equal(retries[0]?.channel, 'monitor')
   })
 
+  t.test('a Retry-After longer than the run can wait fails the run at once: RATE_LIMITED, retryable, the delay in detail', async (t) => {
+    devModel.reset()
+    devModel.script({ status: 429, headers: { 'retry-after': '3600' } }, { text: 'too late' })
+    const started = Date.now()
+    const { body, events } = await post()
+    t.ok(Date.now() - started < 5000, 'the waiting client is answered at once, not after minutes')
+    t.equal(body.run.status, 'failed')
+    t.match(body.run.error, { code: 'RATE_LIMITED', retryable: true, fatal: true, detail: { retryAfterMs: 3_600_000, maxWaitMs: 60_000 } })
+    t.match(body.run.error.message, /3600 s/)
+    t.equal(events.filter((e) => e.type === 'model_retry').length, 0, 'no retry was attempted')
+    t.equal(devModel.requests.length, 1, 'the provider was asked once')
+    t.match(events.at(-1), { type: 'done', data: { reason: 'failed' } })
+    devModel.reset()
+  })
+
   t.test('a 401 fails the run at once with AUTHENTICATION_ERROR', async (t) => {
     devModel.script({ status: 401 })
     const { body, events } = await post()
