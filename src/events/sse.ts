@@ -29,6 +29,10 @@ export function eventFrame(event: EventRecord): Buffer {
 /** Bytes written to streams that their sockets have not taken yet, summed over every stream sharing it. */
 export interface HeldBytes {
   held: number
+  /** The most that was ever held at once (sizing AGENTD_MAX_STREAM_BYTES). */
+  peak: number
+  /** Streams sharing the budget; each may hold its share of max even when the budget is spent. */
+  streams: number
   /** Above this, a stream that is behind is dropped instead of buffering more. */
   readonly max: number
 }
@@ -67,14 +71,14 @@ const REPLAY_PAGE = 500
 /**
  * Streams a session's events to one client: subscribe first, replay from the store, then go
  * live, dropping live events already replayed, so the seam loses, repeats and reorders nothing.
- * A reader that is behind (bytes written and not yet taken by its socket) when the next frame
- * would take it past maxBufferedBytes, or the shared budget past its max, is disconnected; it
- * resumes with Last-Event-ID from the last event it received.
+ * A reader that holds more than maxBufferedBytes (written, not yet taken by its socket), or more
+ * than its share of a spent shared budget, when its next event comes is disconnected; it resumes
+ * with Last-Event-ID from the last event it received.
  */
 export function openEventStream(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions): OpenEventStream {
   const pingIntervalMs = options.pingIntervalMs ?? 15_000
   const maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
-  const budget = options.budget ?? { held: 0, max: Number.POSITIVE_INFINITY }
+  const budget = options.budget ?? { held: 0, peak: 0, streams: 0, max: Number.POSITIVE_INFINITY }
   const channels = options.channels?.length ? new Set(options.channels) : null
   const types = options.types?.length ? new Set(options.types) : null
   const wanted = (event: EventRecord) =>
@@ -88,6 +92,7 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
   let lastSeq = options.after
   let replaying = true
   let held = 0
+  budget.streams++
   const pending: EventRecord[] = []
 
   const finish = () => {
@@ -95,34 +100,46 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
     ended = true
     clearInterval(ping)
     unsubscribe()
-    // What the socket still holds is freed with it; written-back callbacks no longer count.
+    // What the socket still holds is freed with it.
     budget.held -= held
+    budget.streams--
     held = 0
     if (!res.writableEnded) res.end()
     options.onClose?.()
     resolveClosed()
   }
 
-  /** Writes bytes and counts them as held until the socket has taken them. */
-  const send = (bytes: Buffer | string) => {
-    const size = Buffer.byteLength(bytes)
-    held += size
-    budget.held += size
-    res.write(bytes, () => {
-      if (ended) return
-      held -= size
-      budget.held -= size
-    })
+  /**
+   * Counts what the response holds in memory: bytes the kernel took at once are not held, bytes
+   * still queued are. Refreshed on every write, when a write is flushed and on 'drain'; between
+   * two refreshes the count can only be higher than the truth, never lower.
+   */
+  const recount = () => {
+    if (ended) return
+    const now = res.writableLength
+    budget.held += now - held
+    held = now
+    if (budget.held > budget.peak) budget.peak = budget.held
   }
+  const send = (bytes: Buffer | string) => {
+    // Counted now (what the kernel did not take at once) and again once it is flushed.
+    res.write(bytes, recount)
+    recount()
+  }
+  res.on('drain', recount)
 
   const write = (event: EventRecord) => {
     if (ended || event.seq <= lastSeq) return
     lastSeq = event.seq
     if (!wanted(event)) return
     const frame = eventFrame(event)
-    if (held > 0 && (held + frame.length > maxBuffered || budget.held + frame.length > budget.max)) {
-      // Too slow: drop the connection instead of buffering without bound. A reader that keeps
-      // up (nothing held) always gets the frame, so one large event never drops it.
+    recount()
+    const overBudget = budget.held + frame.length > budget.max && held + frame.length > budget.max / budget.streams
+    if (held > 0 && (held > maxBuffered || overBudget)) {
+      // Too slow: drop the connection instead of buffering without bound. When the streams
+      // together would hold more than the budget, the ones that would hold more than their
+      // share go first, so readers that keep up are not dropped for the slow ones; a reader
+      // with nothing held always takes the frame.
       res.destroy()
       finish()
       return
@@ -146,6 +163,7 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
   send('retry: 2000\n\n')
   // A reader that is behind has no use for pings piling up behind its events.
   const ping = setInterval(() => {
+    recount()
     if (!ended && held === 0) send(': ping\n\n')
   }, pingIntervalMs)
   ping.unref()

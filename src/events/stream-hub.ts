@@ -39,7 +39,7 @@ export class StreamHub {
 
   constructor(options: StreamHubOptions) {
     this.#options = options
-    this.#budget = { held: 0, max: options.maxTotalBufferedBytes }
+    this.#budget = { held: 0, peak: 0, streams: 0, max: options.maxTotalBufferedBytes }
   }
 
   /** How many streams are open now. */
@@ -50,6 +50,11 @@ export class StreamHub {
   /** Bytes written to open streams that their sockets have not taken yet. */
   get heldBytes(): number {
     return this.#budget.held
+  }
+
+  /** The most bytes open streams ever held at once. */
+  get peakHeldBytes(): number {
+    return this.#budget.peak
   }
 
   /** The reason a stream for this key may not open now, or null when it may. */

@@ -57,6 +57,10 @@ export const metricsPlugin = fp(
       name: 'agentd_sse_held_bytes', help: 'Bytes written to SSE streams that their readers have not taken yet', registers,
       collect() { this.set(app.streams.heldBytes) }
     })
+    new Gauge({
+      name: 'agentd_sse_held_bytes_peak', help: 'The most bytes SSE streams held at once since start (to size AGENTD_MAX_STREAM_BYTES)', registers,
+      collect() { this.set(app.streams.peakHeldBytes) }
+    })
     const requestDuration = new Histogram({
       name: 'agentd_http_request_duration_seconds',
       help: 'HTTP request latency by method, route pattern and status (SSE streams excluded)',

@@ -17,8 +17,10 @@ export interface EventStreams {
   drain(): void
   /** How many streams are open now (metrics). */
   readonly count: number
-  /** Bytes written to open streams that their sockets have not taken yet (metrics, tests). */
+  /** Bytes written to open streams that their sockets have not taken yet (metrics). */
   readonly heldBytes: number
+  /** The most bytes open streams ever held at once (metrics). */
+  readonly peakHeldBytes: number
 }
 
 declare module 'fastify' {
@@ -79,6 +81,9 @@ export const streamsPlugin = fp(
       },
       get heldBytes() {
         return hub.heldBytes
+      },
+      get peakHeldBytes() {
+        return hub.peakHeldBytes
       }
     }
     app.decorate('streams', streams)
