@@ -7,7 +7,7 @@ import {
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
-import { sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
+import { lastAssistantMessage, sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
 
 const badCursor = () => validationError([{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }],
   'cursor is not a nextCursor this API returned for this session')
@@ -56,8 +56,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
     if (request.query.wait) {
       const finished = (await runs.waitFor(run.id)) ?? (await store.getRun(session.id, run.id)) ?? run
-      const messages = await store.listMessages(session.id)
-      const last = messages.findLast((m) => m.runId === run.id && m.role === 'assistant')
+      const last = await lastAssistantMessage(store, session.id, message.id, run.id)
       return reply.status(200).send({ run: toRunView(finished), message: last ? toMessageView(last) : null })
     }
     return reply.status(202).send({ message: toMessageView(message), run: toRunView(run) })
