@@ -1,7 +1,6 @@
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
-import type { ServerResponse } from 'node:http'
 import type { Logger } from 'pino'
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
 import { LocalRunCoordinator } from './agent/local-run-coordinator.ts'
@@ -11,7 +10,6 @@ import type { Config } from './config.ts'
 import { LocalEventBus, type EventBus } from './events/event-bus.ts'
 import { EventLog } from './events/event-log.ts'
 import { HookRunner } from './hooks/hooks.ts'
-import { openEventStream, type EventStreamOptions, type OpenEventStream } from './events/sse.ts'
 import { authPlugin } from './http/auth.ts'
 import { ApiError, errorEnvelopePlugin, sendApiError, validationError } from './http/errors.ts'
 import { idempotencyPlugin } from './http/idempotency.ts'
@@ -20,6 +18,8 @@ import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
+import { strictQueryPlugin } from './http/strict-query.ts'
+import { streamsPlugin } from './http/streams.ts'
 import type { ModelProvider } from './model/types.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -60,20 +60,9 @@ export interface Services {
   /** Who runs what: queues, ownership and control signals of runs. */
   coordinator: RunCoordinator
   runs: RunManager
-  /** Throws 429 LIMIT_EXCEEDED when the caller's key has as many open streams as it may. */
-  assertStreamCapacity(request: FastifyRequest): void
-  /** Hijacks the reply and streams a session's events over SSE to it (checks the stream limit first). */
-  openStream(request: FastifyRequest, reply: FastifyReply, options: StreamRequest): void
   /** Stops taking work (503), gives active runs up to graceMs to finish, then ends them and open streams. */
   drain(graceMs: number): Promise<void>
-  /** Ends the open streams of a session (it was deleted: no event will follow). */
-  endSessionStreams(sessionId: string, reason: string): void
-  /** How many SSE streams are open now (metrics). */
-  readonly streamCount: number
 }
-
-/** What a route asks of an event stream; the rest (ping, headers, buffering) is the app's. */
-export type StreamRequest = Pick<EventStreamOptions, 'sessionId' | 'after' | 'channels' | 'types' | 'runId' | 'untilDone'>
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -195,10 +184,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     toolExecutor: (session, sessionTools, requestId) =>
       tools.executor(session, sessionTools, log.child({ reqId: requestId, sessionId: session.id }))
   })
-  /** Open SSE streams and the session each follows. */
-  const streams = new Map<OpenEventStream, string>()
-  const streamsByKey = new Map<string, number>()
-
   app.decorate('agentd', {
     config,
     store,
@@ -209,50 +194,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     bus,
     coordinator,
     runs,
-    get streamCount() {
-      return streams.size
-    },
-    endSessionStreams(sessionId, reason) {
-      for (const [stream, id] of [...streams]) if (id === sessionId) stream.end(reason)
-    },
-    assertStreamCapacity(request) {
-      const open = streamsByKey.get(request.keyId) ?? 0
-      if (open >= config.limits.streamsPerKey) {
-        throw new ApiError('LIMIT_EXCEEDED', `This API key has ${open} event streams open, the most it may (AGENTD_MAX_STREAMS_PER_KEY)`, {
-          limit: 'streamsPerKey', max: config.limits.streamsPerKey
-        })
-      }
-    },
-    openStream(request, reply, stream) {
-      this.assertStreamCapacity(request)
-      // A hijacked reply writes its own head: carry over what hooks set (request ID, CORS, security).
-      const headers = reply.getHeaders()
-      reply.hijack()
-      streamsByKey.set(request.keyId, (streamsByKey.get(request.keyId) ?? 0) + 1)
-      const open = openEventStream(reply.raw, store, bus, {
-        ...stream,
-        headers,
-        ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {}),
-        ...(options.sseMaxBufferedBytes ? { maxBufferedBytes: options.sseMaxBufferedBytes } : {}),
-        onClose: () => {
-          streams.delete(open)
-          const left = (streamsByKey.get(request.keyId) ?? 1) - 1
-          if (left > 0) streamsByKey.set(request.keyId, left)
-          else streamsByKey.delete(request.keyId)
-          request.log.debug({ sessionId: stream.sessionId }, 'event stream closed')
-        }
-      })
-      streams.set(open, stream.sessionId)
-    },
     async drain(graceMs) {
       state.draining = true
       await runs.drain(graceMs)
       await hooks.drain(graceMs)
-      for (const stream of [...streams.keys()]) stream.end('server shutting down; reconnect with Last-Event-ID')
+      app.streams.drain()
     }
   } satisfies Services)
-  // A deleted session's streams end on every process that serves one.
-  bus.onSessionEnded((sessionId, reason) => app.agentd.endSessionStreams(sessionId, reason))
   // Without a drain first (tests, embedders): runs are interrupted at once.
   app.addHook('onClose', async () => app.agentd.drain(0))
 
@@ -260,6 +208,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)
+  await app.register(strictQueryPlugin)
   await app.register(openApiPlugin, { version })
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
   await app.register(authPlugin, {
@@ -267,10 +216,21 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     openPaths: [...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
   })
 
+  await app.register(streamsPlugin, {
+    store,
+    feed: bus,
+    maxStreams: config.limits.streams,
+    maxStreamsPerKey: config.limits.streamsPerKey,
+    maxBufferedBytes: options.sseMaxBufferedBytes ?? 4 * 1024 * 1024,
+    maxTotalBufferedBytes: config.limits.streamBytes,
+    ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {})
+  })
+  // A deleted session's streams end on every process that serves one.
+  bus.onSessionEnded((sessionId, reason) => app.streams.endSession(sessionId, reason))
   await app.register(idempotencyPlugin, {
     store,
     replayStream: (request, reply, answer) => {
-      app.agentd.openStream(request, reply, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
+      app.streams.send(reply, request.keyId, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
     }
   })
 

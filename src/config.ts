@@ -65,6 +65,8 @@ export const EnvSchema = Type.Object({
   AGENTD_MAX_SESSIONS_PER_TENANT: integer('an integer from 1 to 100000000', '100000'),
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: integer('an integer from 1 to 100000', '64'),
   AGENTD_MAX_STREAMS_PER_KEY: integer('an integer from 1 to 100000', '64'),
+  AGENTD_MAX_STREAMS: integer('an integer from 1 to 1000000', '1000'),
+  AGENTD_MAX_STREAM_BYTES: integer('an integer of bytes from 65536 to 17179869184', '67108864'),
   AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000'),
   AGENTD_HOOKS_CONFIG: Type.Optional(Type.String({ minLength: 1, description: 'a path to a JSON hooks file {"hooks": [...]}' }))
 })
@@ -102,8 +104,11 @@ export interface Config {
   rateLimit: { max: number; windowMs: number }
   /** Strict-Transport-Security max-age in seconds; 0 sends no header. */
   hstsMaxAge: number
-  /** Per-tenant and per-key ceilings; reaching one is a 429 LIMIT_EXCEEDED. */
-  limits: { sessionsPerTenant: number; activeRunsPerTenant: number; streamsPerKey: number }
+  /**
+   * Per-tenant and per-key ceilings (reaching one is a 429 LIMIT_EXCEEDED), and the process's own:
+   * open SSE streams (503 UNAVAILABLE beyond) and the unsent bytes they may hold together.
+   */
+  limits: { sessionsPerTenant: number; activeRunsPerTenant: number; streamsPerKey: number; streams: number; streamBytes: number }
   /** Bytes of one tool result the model gets; longer results are cut with a note. */
   toolMaxOutputBytes: number
   /** The operator's hooks from AGENTD_HOOKS_CONFIG (SPEC 15); empty without it. */
@@ -134,6 +139,8 @@ const ranges: Partial<Record<keyof Env, [number, number]>> = {
   AGENTD_MAX_SESSIONS_PER_TENANT: [1, 100_000_000],
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: [1, 100_000],
   AGENTD_MAX_STREAMS_PER_KEY: [1, 100_000],
+  AGENTD_MAX_STREAMS: [1, 1_000_000],
+  AGENTD_MAX_STREAM_BYTES: [65_536, 17_179_869_184],
   AGENTD_TOOL_MAX_OUTPUT_BYTES: [1024, 104_857_600]
 }
 
@@ -228,7 +235,9 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     limits: {
       sessionsPerTenant: Number(env.AGENTD_MAX_SESSIONS_PER_TENANT),
       activeRunsPerTenant: Number(env.AGENTD_MAX_ACTIVE_RUNS_PER_TENANT),
-      streamsPerKey: Number(env.AGENTD_MAX_STREAMS_PER_KEY)
+      streamsPerKey: Number(env.AGENTD_MAX_STREAMS_PER_KEY),
+      streams: Number(env.AGENTD_MAX_STREAMS),
+      streamBytes: Number(env.AGENTD_MAX_STREAM_BYTES)
     },
     toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES),
     hooks: Object.freeze(hooks)

@@ -2,7 +2,7 @@ import { classifyModelError } from '../model/model-errors.ts'
 import { ModelError } from '../model/types.ts'
 import type { Usage } from '../schemas/common.ts'
 import type { toChatMessages } from './conversation.ts'
-import { retryDelayMs, shouldRetry, sleep } from './retry.ts'
+import { retryDelayMs, shouldRetry, sleep, waitRefused } from './retry.ts'
 import { RunFailure, type RunContext } from './run-context.ts'
 import type { SessionToolSet } from '../tools/tool-set.ts'
 
@@ -33,6 +33,7 @@ export async function callModel(
   messages: ReturnType<typeof toChatMessages>
 ): Promise<ModelAnswer> {
   const { model, retryPolicy } = ctx.deps
+  let waitedMs = 0
   for (let attempt = 0; ; attempt++) {
     const text: TextBlock = { started: false, value: '' }
     const reasoning: ThinkingBlock = { started: false, ended: false, value: '' }
@@ -71,6 +72,10 @@ export async function callModel(
       const error = err instanceof ModelError ? err : classifyModelError(err)
       if (!firstTokenSeen && shouldRetry(error, attempt, retryPolicy)) {
         const delayMs = retryDelayMs(retryPolicy, attempt, error.retryAfterMs)
+        // A provider that asks for longer than the run may wait fails the run now, retryable, with the delay.
+        const refused = waitRefused(error, retryPolicy, waitedMs, delayMs)
+        if (refused) throw new RunFailure(refused, 'model')
+        waitedMs += delayMs
         ctx.log.warn({ code: error.classified.code, status: error.status, attempt: attempt + 1, delayMs }, 'model call failed, retrying')
         await ctx.emit('monitor', 'model_retry', { attempt: attempt + 1, delayMs, code: error.classified.code, status: error.status })
         await sleep(delayMs, ctx.signal)

@@ -1,10 +1,40 @@
 import type { ServerResponse } from 'node:http'
 import type { EventRecord, EventChannel, Store } from '../store/store.ts'
-import type { EventBus } from './event-bus.ts'
+
+/** What a stream subscribes through: the EventBus port (only its subscribe). */
+export interface EventFeed {
+  subscribe(sessionId: string, listener: (event: EventRecord) => void): () => void
+}
 
 /** The one SSE encoder: `id`, `event`, `data` (the event as one JSON line), blank line. */
 export function encodeEvent(event: EventRecord): string {
   return `id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+}
+
+/**
+ * The frame of an event as bytes, encoded once however many streams send it: the event log
+ * hands every subscriber the same record, and every socket then holds the same Buffer rather
+ * than a string of its own.
+ */
+const frames = new WeakMap<EventRecord, Buffer>()
+export function eventFrame(event: EventRecord): Buffer {
+  let frame = frames.get(event)
+  if (!frame) {
+    frame = Buffer.from(encodeEvent(event))
+    frames.set(event, frame)
+  }
+  return frame
+}
+
+/** Bytes written to streams that their sockets have not taken yet, summed over every stream sharing it. */
+export interface HeldBytes {
+  held: number
+  /** The most that was ever held at once (sizing AGENTD_MAX_STREAM_BYTES). */
+  peak: number
+  /** Streams sharing the budget; each may hold its share of max even when the budget is spent. */
+  streams: number
+  /** Above this, a stream that is behind is dropped instead of buffering more. */
+  readonly max: number
 }
 
 export interface EventStreamOptions {
@@ -20,6 +50,8 @@ export interface EventStreamOptions {
   pingIntervalMs?: number
   /** Unsent bytes a reader may fall behind by (besides the kernel's buffers) before it is dropped as too slow. */
   maxBufferedBytes?: number
+  /** The budget of unsent bytes shared with other streams; a stream that is behind when it is spent is dropped. */
+  budget?: HeldBytes
   /** Headers the reply already carries (request ID, CORS, security); the SSE ones take precedence. */
   headers?: Record<string, string | number | string[] | undefined>
   /** Called once when the stream has ended, for whatever reason. */
@@ -29,6 +61,8 @@ export interface EventStreamOptions {
 export interface OpenEventStream {
   /** Ends the stream after a final comment frame (shutdown). */
   end(reason: string): void
+  /** Bytes written to this stream that its socket has not taken yet. */
+  readonly heldBytes: number
   readonly closed: Promise<void>
 }
 
@@ -37,12 +71,14 @@ const REPLAY_PAGE = 500
 /**
  * Streams a session's events to one client: subscribe first, replay from the store, then go
  * live, dropping live events already replayed, so the seam loses, repeats and reorders nothing.
- * A reader that falls more than maxBufferedBytes behind is disconnected; it resumes with
- * Last-Event-ID from the last event it received.
+ * A reader that holds more than maxBufferedBytes (written, not yet taken by its socket), or more
+ * than its share of a spent shared budget, when its next event comes is disconnected; it resumes
+ * with Last-Event-ID from the last event it received.
  */
-export function openEventStream(res: ServerResponse, store: Store, bus: Pick<EventBus, 'subscribe'>, options: EventStreamOptions): OpenEventStream {
+export function openEventStream(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions): OpenEventStream {
   const pingIntervalMs = options.pingIntervalMs ?? 15_000
   const maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
+  const budget = options.budget ?? { held: 0, peak: 0, streams: 0, max: Number.POSITIVE_INFINITY }
   const channels = options.channels?.length ? new Set(options.channels) : null
   const types = options.types?.length ? new Set(options.types) : null
   const wanted = (event: EventRecord) =>
@@ -55,6 +91,8 @@ export function openEventStream(res: ServerResponse, store: Store, bus: Pick<Eve
   let ended = false
   let lastSeq = options.after
   let replaying = true
+  let held = 0
+  budget.streams++
   const pending: EventRecord[] = []
 
   const finish = () => {
@@ -62,27 +100,55 @@ export function openEventStream(res: ServerResponse, store: Store, bus: Pick<Eve
     ended = true
     clearInterval(ping)
     unsubscribe()
+    // What the socket still holds is freed with it.
+    budget.held -= held
+    budget.streams--
+    held = 0
     if (!res.writableEnded) res.end()
     options.onClose?.()
     resolveClosed()
   }
 
+  /**
+   * Counts what the response holds in memory: bytes the kernel took at once are not held, bytes
+   * still queued are. Refreshed on every write, when a write is flushed and on 'drain'; between
+   * two refreshes the count can only be higher than the truth, never lower.
+   */
+  const recount = () => {
+    if (ended) return
+    const now = res.writableLength
+    budget.held += now - held
+    held = now
+    if (budget.held > budget.peak) budget.peak = budget.held
+  }
+  const send = (bytes: Buffer | string) => {
+    // Counted now (what the kernel did not take at once) and again once it is flushed.
+    res.write(bytes, recount)
+    recount()
+  }
+  res.on('drain', recount)
+
   const write = (event: EventRecord) => {
     if (ended || event.seq <= lastSeq) return
     lastSeq = event.seq
     if (!wanted(event)) return
-    if (res.writableLength > maxBuffered) {
-      // Too slow: the backlog is already over the limit. Drop the connection instead of
-      // buffering without bound; the client resumes from the last id it received.
+    const frame = eventFrame(event)
+    recount()
+    const overBudget = budget.held + frame.length > budget.max && held + frame.length > budget.max / budget.streams
+    if (held > 0 && (held > maxBuffered || overBudget)) {
+      // Too slow: drop the connection instead of buffering without bound. When the streams
+      // together would hold more than the budget, the ones that would hold more than their
+      // share go first, so readers that keep up are not dropped for the slow ones; a reader
+      // with nothing held always takes the frame.
       res.destroy()
       finish()
       return
     }
-    res.write(encodeEvent(event))
+    send(frame)
     if (options.untilDone && event.type === 'done') finish()
   }
 
-  const unsubscribe = bus.subscribe(options.sessionId, (event) => {
+  const unsubscribe = feed.subscribe(options.sessionId, (event) => {
     if (replaying) pending.push(event)
     else write(event)
   })
@@ -94,9 +160,11 @@ export function openEventStream(res: ServerResponse, store: Store, bus: Pick<Eve
     'x-accel-buffering': 'no',
     connection: 'keep-alive'
   })
-  res.write('retry: 2000\n\n')
+  send('retry: 2000\n\n')
+  // A reader that is behind has no use for pings piling up behind its events.
   const ping = setInterval(() => {
-    if (!ended) res.write(': ping\n\n')
+    recount()
+    if (!ended && held === 0) send(': ping\n\n')
   }, pingIntervalMs)
   ping.unref()
   res.on('close', finish)
@@ -127,6 +195,9 @@ export function openEventStream(res: ServerResponse, store: Store, bus: Pick<Eve
       if (ended) return
       res.write(`: ${reason}\n\n`)
       finish()
+    },
+    get heldBytes() {
+      return held
     },
     closed
   }

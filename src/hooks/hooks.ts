@@ -38,7 +38,7 @@ export interface HookRunnerOptions {
 }
 
 const DECISIONS = new Set(['allow', 'deny', 'ask'])
-const defaultRunEndRetry: RetryPolicy = { maxRetries: 5, baseMs: 1000, capMs: 30_000 }
+const defaultRunEndRetry: RetryPolicy = { maxRetries: 5, baseMs: 1000, capMs: 30_000, maxWaitMs: Number.POSITIVE_INFINITY }
 
 /**
  * The operator's hooks (SPEC 15): preToolUse may allow, deny, ask or rewrite a call, postToolUse

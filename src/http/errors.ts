@@ -101,7 +101,7 @@ function toApiError(err: FastifyError): ApiError {
   if (err.code === 'STORE_CLOSED') return new ApiError('UNAVAILABLE', 'The store is unavailable')
   const mapped = err.code ? FASTIFY_CODES[err.code] : undefined
   if (mapped) return new ApiError(mapped, mapped === 'VALIDATION_ERROR' ? err.message : undefined)
-  // secure-json-parse and JSON.parse report bad bodies (and __proto__ poisoning) as SyntaxError.
+  // secure-json-parse and JSON.parse report bad bodies as SyntaxError (prototype keys are refused before, in security.ts).
   if (err instanceof SyntaxError && err.statusCode === 400) return new ApiError('INVALID_JSON', `The request body is not valid JSON: ${err.message}`)
   if (err.statusCode === 429) return new ApiError('RATE_LIMITED', err.message)
   if (err.statusCode === 503) return new ApiError('UNAVAILABLE', err.message)

@@ -60,7 +60,15 @@ export const metricsPlugin = fp(
     })
     new Gauge({
       name: 'agentd_sse_connections', help: 'SSE event streams open now', registers,
-      collect() { this.set(app.agentd.streamCount) }
+      collect() { this.set(app.streams.count) }
+    })
+    new Gauge({
+      name: 'agentd_sse_held_bytes', help: 'Bytes written to SSE streams that their readers have not taken yet', registers,
+      collect() { this.set(app.streams.heldBytes) }
+    })
+    new Gauge({
+      name: 'agentd_sse_held_bytes_peak', help: 'The most bytes SSE streams held at once since start (to size AGENTD_MAX_STREAM_BYTES)', registers,
+      collect() { this.set(app.streams.peakHeldBytes) }
     })
     const requestDuration = new Histogram({
       name: 'agentd_http_request_duration_seconds',
@@ -140,5 +148,5 @@ export const metricsPlugin = fp(
       return registry.metrics()
     })
   },
-  { name: 'agentd-metrics', decorators: { fastify: ['agentd'] } }
+  { name: 'agentd-metrics', decorators: { fastify: ['agentd', 'streams'] } }
 )

@@ -49,6 +49,21 @@ export function jsonDepth(text: string, limit = Infinity): number {
   return max
 }
 
+/**
+ * Where a parsed body holds a key that could rewrite an object's prototype once merged or copied
+ * (`__proto__`, or `constructor` holding `prototype`); null when it holds none.
+ */
+export function pollutionPath(value: unknown, path = 'body'): string | null {
+  if (!value || typeof value !== 'object') return null
+  for (const [key, child] of Object.entries(value)) {
+    if (key === '__proto__') return `${path}.__proto__`
+    if (key === 'constructor' && child && typeof child === 'object' && Object.hasOwn(child, 'prototype')) return `${path}.constructor.prototype`
+    const found = pollutionPath(child, Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`)
+    if (found) return found
+  }
+  return null
+}
+
 const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
 const isDocs = (path: string) => path === '/docs' || path.startsWith('/docs/')
 
@@ -73,7 +88,7 @@ export const securityPlugin = fp(
       })
     }
 
-    // Fastify's own JSON parser (secure-json-parse, __proto__ and constructor refused), behind a depth check.
+    // Fastify's own JSON parser (secure-json-parse, __proto__ and constructor.prototype refused), behind a depth check.
     const parseJson = app.getDefaultJsonParser('error', 'error')
     app.removeContentTypeParser('application/json')
     app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
@@ -82,7 +97,19 @@ export const securityPlugin = fp(
         done(validationError([{ field: 'body', message, keyword: 'maxDepth' }]), undefined)
         return
       }
-      parseJson(request, body as string, done)
+      parseJson(request, body as string, (err, parsed) => {
+        if (!err) return done(null, parsed)
+        // secure-json-parse refuses valid JSON that carries a prototype key; say so, not "not valid JSON".
+        let plain: unknown
+        try {
+          plain = JSON.parse(body as string)
+        } catch {
+          return done(err, undefined)
+        }
+        const field = pollutionPath(plain) ?? 'body'
+        done(validationError([{ field, message: 'is a key agentd refuses: it could change the prototype of objects that copy the body (prototype pollution); rename or remove it', keyword: 'forbiddenKey' }],
+          `The body is valid JSON, but ${field} is a key agentd refuses because it could change object prototypes (prototype pollution); rename or remove it`), undefined)
+      })
     })
 
     const hsts = opts.hstsMaxAge > 0 ? `max-age=${opts.hstsMaxAge}` : undefined

@@ -1,5 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { ApiError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import { EventSchema, EventsHeadersSchema, EventsQuerySchema } from '../schemas/events.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
@@ -38,6 +39,15 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { query } = request
     const lastEventId = request.headers['last-event-id']
     const after = query.after ?? (lastEventId === undefined ? 0 : Number(lastEventId))
+    if (after > session.lastSeq) {
+      // Events are numbered without gaps and stored before anyone sees them, so no client can
+      // have seen this seq: resuming from it would silently skip the next events up to it.
+      const field = query.after === undefined ? 'headers.last-event-id' : 'querystring.after'
+      throw new ApiError('VALIDATION_ERROR', `${field} ${after} is beyond the session's last event (${session.lastSeq}); resume from at most ${session.lastSeq}`, {
+        fields: [{ field, message: `must be at most the session's lastSeq (${session.lastSeq})`, keyword: 'maximum' }],
+        lastSeq: session.lastSeq
+      })
+    }
     const channels = query.channels?.split(',') as EventChannel[] | undefined
     const types = query.types?.split(',')
     const accept = (request.headers.accept ?? '').toLowerCase()
@@ -48,7 +58,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       })
       return reply.type('application/json').send({ data, nextAfter: data.at(-1)?.seq ?? after })
     }
-    app.agentd.openStream(request, reply, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
+    app.streams.send(reply, request.keyId, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
     return reply
   })
 }

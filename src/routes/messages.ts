@@ -1,14 +1,23 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { snapshot } from '../agent/tool-call.ts'
-import { ApiError, apiError } from '../http/errors.ts'
+import { ApiError, apiError, validationError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import {
-  AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, MessageListSchema, PostMessageBodySchema,
+  AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, ListMessagesQuerySchema, MessageListSchema, PostMessageBodySchema,
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
-import { sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
+import { lastAssistantMessage, sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
+
+const badCursor = () => validationError([{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }],
+  'cursor is not a nextCursor this API returned for this session')
+const encodeMessageCursor = (id: string) => Buffer.from(id, 'utf8').toString('base64url')
+function decodeMessageCursor(cursor: string): string {
+  const id = Buffer.from(cursor, 'base64url').toString('utf8')
+  if (!/^msg_[0-9A-Za-z]{1,64}$/.test(id) || encodeMessageCursor(id) !== cursor) throw badCursor()
+  return id
+}
 
 const SseSchema = Type.String({ description: 'Server-Sent Events: id, event and data (the Event as JSON) per frame' })
 
@@ -36,14 +45,14 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
     const streaming = wantsEventStream(request.headers.accept)
     // Refuse before the run exists: a 429 must not leave a run the client cannot watch.
-    if (streaming) app.agentd.assertStreamCapacity(request)
+    if (streaming) app.streams.assertCapacity(request.keyId)
     const { message, run } = await runs.submit({
       session, content: request.body.content, onBusy: request.body.onBusy ?? 'reject', requestId: request.id
     })
     request.log.info({ sessionId: session.id, runId: run.id }, 'run submitted')
     if (streaming) {
       await request.idempotency?.complete(200, { stream: { sessionId: session.id, runId: run.id }, message: toMessageView(message), run: toRunView(run) })
-      app.agentd.openStream(request, reply, { sessionId: session.id, after: session.lastSeq, runId: run.id, untilDone: true })
+      app.streams.send(reply, request.keyId, { sessionId: session.id, after: session.lastSeq, runId: run.id, untilDone: true })
       return reply
     }
     if (request.query.wait) {
@@ -54,8 +63,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
         throw new ApiError('UNAVAILABLE', 'The service is shutting down and cancelled this run; send the message again', { runId: run.id },
           { 'retry-after': '5' })
       }
-      const messages = await store.listMessages(session.id)
-      const last = messages.findLast((m) => m.runId === run.id && m.role === 'assistant')
+      const last = await lastAssistantMessage(store, session.id, message.id, run.id)
       const pending = settled.status === 'awaiting_approval' || settled.status === 'awaiting_tool_result'
         ? (await store.listToolCalls(run.id)).findLast((c) => c.state === 'approval_required' || c.state === 'executing')
         : undefined
@@ -71,13 +79,19 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
-      summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order',
+      summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order, a page at a time',
       params: SessionParamsSchema,
+      querystring: ListMessagesQuerySchema,
       response: { 200: MessageListSchema, ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
-    return { data: (await store.listMessages(session.id)).map(toMessageView) }
+    const { limit, cursor } = request.query
+    const after = cursor === undefined ? undefined : decodeMessageCursor(cursor)
+    const page = await store.pageMessages(session.id, after === undefined ? { limit: limit + 1 } : { limit: limit + 1, after })
+    if (!page) throw badCursor()
+    const data = page.slice(0, limit)
+    return { data: data.map(toMessageView), nextCursor: page.length > limit ? encodeMessageCursor(data.at(-1)?.id ?? '') : null }
   })
 
   app.get('/v1/sessions/:id/runs/:runId', {

@@ -28,5 +28,21 @@ export function toMessageView(message: MessageRecord): Message {
   return view
 }
 
+/**
+ * The last assistant message of a run, read from the run's own user message on, a page at a
+ * time: a wait=true answer costs the run's messages, not the whole conversation's.
+ */
+export async function lastAssistantMessage(store: Store, sessionId: string, userMessageId: string, runId: string): Promise<MessageRecord | null> {
+  let last: MessageRecord | null = null
+  let after = userMessageId
+  for (;;) {
+    const page = (await store.pageMessages(sessionId, { limit: 500, after })) ?? []
+    last = page.findLast((m) => m.runId === runId && m.role === 'assistant') ?? last
+    const end = page.at(-1)
+    if (!end || page.length < 500) return last
+    after = end.id
+  }
+}
+
 /** True when the client asked for Server-Sent Events. */
 export const wantsEventStream = (accept: string | undefined) => (accept ?? '').toLowerCase().includes('text/event-stream')

@@ -68,7 +68,18 @@ export const FinishedSchema = Type.Object({
   }, { additionalProperties: true, description: 'when the run paused (awaiting_approval or awaiting_tool_result): the call it waits on' }))
 })
 
-export const MessageListSchema = Type.Object({ data: Type.Array(ref(MessageSchema)) })
+export const ListMessagesQuerySchema = Type.Object(
+  {
+    limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+    cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' }))
+  },
+  { additionalProperties: false }
+)
+
+export const MessageListSchema = Type.Object({
+  data: Type.Array(ref(MessageSchema)),
+  nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'pass as ?cursor= for the next page; null on the last page' })
+})
 
 export const RunParamsSchema = Type.Object({
   id: Type.String({ minLength: 1, maxLength: 64 }),

@@ -395,6 +395,17 @@ export class SqliteStore implements Store {
     return rows.map(toMessage)
   }
 
+  async pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null> {
+    let pos = 0
+    if (options.after !== undefined) {
+      const row = this.#stmt('SELECT pos FROM messages WHERE id = ? AND session_id = ?').get(options.after, sessionId) as Row | undefined
+      if (!row) return null
+      pos = Number(row.pos)
+    }
+    const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND pos > ? ORDER BY pos LIMIT ?').all(sessionId, pos, options.limit) as Row[]
+    return rows.map(toMessage)
+  }
+
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.#write(() => {
       const at = this.#forkPoint(sourceId, atSeq)

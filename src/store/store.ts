@@ -55,6 +55,11 @@ export interface Store {
   forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord>
 
   listMessages(sessionId: string): Promise<MessageRecord[]>
+  /**
+   * At most `limit` messages of the session in order, after the message `after` (from the first
+   * when omitted); null when `after` is not a message of this session.
+   */
+  pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null>
 
   getRun(sessionId: string, runId: string): Promise<RunRecord | null>
   /** Runs in any non-final status, oldest first (queued, running, awaiting_*); for recovery. */

@@ -44,12 +44,18 @@ t.test('every kind of failure answers with the envelope', async (t) => {
     assertEnvelope(t, res, 400, 'INVALID_JSON')
   })
 
-  t.test('prototype pollution keys are refused as invalid JSON', async (t) => {
-    const res = await app.inject({
-      method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' },
-      payload: '{"metadata": {"__proto__": {"admin": "yes"}}}'
-    })
-    assertEnvelope(t, res, 400, 'INVALID_JSON')
+  t.test('prototype pollution keys in valid JSON are refused as such, naming the key, not as invalid JSON', async (t) => {
+    const cases = [
+      ['{"metadata": {"__proto__": {"admin": "yes"}}}', 'body.metadata.__proto__'],
+      ['{"__proto__": {"x": 1}}', 'body.__proto__'],
+      ['{"tools": [{"constructor": {"prototype": {"x": 1}}}]}', 'body.tools[0].constructor.prototype']
+    ]
+    for (const [payload, field] of cases) {
+      const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, payload })
+      const error = assertEnvelope(t, res, 400, 'VALIDATION_ERROR')
+      t.match(error.message, /valid JSON.*prototype pollution/, 'says what is refused and why')
+      t.same(error.details.fields.map((f: { field: string }) => f.field), [field])
+    }
   })
 
   t.test('an unsupported media type', async (t) => {

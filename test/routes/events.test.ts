@@ -65,6 +65,37 @@ t.test('replay and resume', async (t) => {
     t.same(seen, events.map((e) => e.seq))
   })
 
+  t.test('a resume point is decimal digits: 1e309, 0x10 and twenty nines are a 400 in both forms', async (t) => {
+    for (const value of ['1e309', '99999999999999999999', '0x10', '1.5', '1e1', ' 5', '-1']) {
+      const json = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?after=${encodeURIComponent(value)}`, headers: { accept: 'application/json' } })
+      t.equal(json.statusCode, 400, `JSON ?after=${value}`)
+      t.equal(json.json().error.code, 'VALIDATION_ERROR')
+      t.equal(json.json().error.details.fields[0].field, 'querystring.after')
+      const sse = await readSse(`${base}/v1/sessions/${session.id}/events?after=${encodeURIComponent(value)}`, { timeoutMs: 2000 })
+      t.equal(sse.status, 400, `SSE ?after=${value} is answered, not a stream that never delivers`)
+    }
+    const hex = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=0x10`, headers: { accept: 'application/json' } })
+    t.equal(hex.statusCode, 400, 'every integer of a query string follows the rule: limit too')
+    const sessions = await app.inject({ method: 'GET', url: '/v1/sessions?limit=1e1' })
+    t.equal(sessions.statusCode, 400, 'and on other routes')
+    t.equal(sessions.json().error.details.fields[0].field, 'querystring.limit')
+  })
+
+  t.test('a resume point beyond the last event is a 400 naming the last seq, never a silent skip', async (t) => {
+    const byHeader = await readSse(`${base}/v1/sessions/${session.id}/events`, { headers: { 'last-event-id': String(last + 4) }, timeoutMs: 2000 })
+    t.equal(byHeader.status, 400)
+    const body = JSON.parse(byHeader.body)
+    t.equal(body.error.code, 'VALIDATION_ERROR')
+    t.equal(body.error.details.lastSeq, last)
+    t.equal(body.error.details.fields[0].field, 'headers.last-event-id')
+    const byQuery = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?after=${last + 1}`, headers: { accept: 'application/json' } })
+    t.equal(byQuery.statusCode, 400)
+    t.equal(byQuery.json().error.details.fields[0].field, 'querystring.after')
+    const atEnd = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?after=${last}`, headers: { accept: 'application/json' } })
+    t.equal(atEnd.statusCode, 200, 'the last seq itself is a valid resume point')
+    t.same(atEnd.json(), { data: [], nextAfter: last })
+  })
+
   t.test('an unknown session is 404 in the envelope', async (t) => {
     const res = await app.inject({ method: 'GET', url: '/v1/sessions/ses_missing/events' })
     t.equal(res.statusCode, 404)

@@ -108,6 +108,21 @@ t.test('model errors: retries, fatal failures, timeouts and cut streams', async 
     t.equal(retries[0]?.channel, 'monitor')
   })
 
+  t.test('a Retry-After longer than the run can wait fails the run at once: RATE_LIMITED, retryable, the delay in detail', async (t) => {
+    devModel.reset()
+    devModel.script({ status: 429, headers: { 'retry-after': '3600' } }, { text: 'too late' })
+    const started = Date.now()
+    const { body, events } = await post()
+    t.ok(Date.now() - started < 5000, 'the waiting client is answered at once, not after minutes')
+    t.equal(body.run.status, 'failed')
+    t.match(body.run.error, { code: 'RATE_LIMITED', retryable: true, fatal: true, detail: { retryAfterMs: 3_600_000, maxWaitMs: 60_000 } })
+    t.match(body.run.error.message, /3600 s/)
+    t.equal(events.filter((e) => e.type === 'model_retry').length, 0, 'no retry was attempted')
+    t.equal(devModel.requests.length, 1, 'the provider was asked once')
+    t.match(events.at(-1), { type: 'done', data: { reason: 'failed' } })
+    devModel.reset()
+  })
+
   t.test('a 401 fails the run at once with AUTHENTICATION_ERROR', async (t) => {
     devModel.script({ status: 401 })
     const { body, events } = await post()
@@ -295,4 +310,38 @@ t.test('a ?wait=true run cancelled by shutdown is answered 503 and its Idempoten
     tenant: 'default', key: 'shutdown-1', fingerprint: 'another body', createdAt: new Date().toISOString(), leaseUntil: new Date(Date.now() + 1000).toISOString()
   })
   t.same(claim, { state: 'claimed' }, 'the key is free for the retry after the restart')
+})
+
+t.test('the conversation pages with limit and nextCursor, in order, and refuses a cursor it did not give', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  for (const content of ['one', 'two', 'three']) {
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content } })
+  }
+  const url = `/v1/sessions/${session.id}/messages`
+  const whole = (await app.inject({ method: 'GET', url: `${url}?limit=1000` })).json()
+  t.equal(whole.data.length, 6, 'three user and three assistant messages')
+  t.equal(whole.nextCursor, null, 'one page holds them all')
+
+  const pages: string[][] = []
+  let cursor: string | null = null
+  do {
+    const res: Awaited<ReturnType<typeof app.inject>> = await app.inject({ method: 'GET', url: `${url}?limit=4${cursor ? `&cursor=${cursor}` : ''}` })
+    t.equal(res.statusCode, 200)
+    const page: { data: Array<{ id: string }>; nextCursor: string | null } = res.json()
+    pages.push(page.data.map((m: { id: string }) => m.id))
+    cursor = page.nextCursor
+  } while (cursor)
+  t.same(pages.map((p) => p.length), [4, 2], 'pages of at most limit')
+  t.same(pages.flat(), whole.data.map((m: { id: string }) => m.id), 'every message once, in order')
+  t.equal((await app.inject({ method: 'GET', url })).json().data.length, 6, 'a default page of 100')
+
+  const other = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const foreign = (await app.inject({ method: 'GET', url: `${url}?limit=1` })).json().nextCursor
+  for (const bad of ['nonsense', foreign]) {
+    const res = await app.inject({ method: 'GET', url: `/v1/sessions/${other.id}/messages?cursor=${bad}` })
+    t.equal(res.statusCode, 400, `cursor ${bad}`)
+    t.equal(res.json().error.details.fields[0].field, 'querystring.cursor')
+  }
+  t.equal((await app.inject({ method: 'GET', url: `${url}?limit=1001` })).statusCode, 400, 'limit is at most 1000')
 })

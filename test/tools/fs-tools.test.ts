@@ -156,6 +156,34 @@ t.test('fs_glob matches inside the workspace only', async (t) => {
   t.match(await call(ws, 'fs_glob', { pattern: '/etc/*' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
 })
 
+t.test('fs_glob checks each brace alternative: none may leave the workspace, and there are not thousands', async (t) => {
+  const ws = await setup(t)
+  for (const pattern of ['{..,x}/{..,x}/**/*.none', 'src/{lib,..}/*', '{/etc,src}/*', '{src,{a,..}}/*.txt']) {
+    t.match(await call(ws, 'fs_glob', { pattern }), { ok: false, error: { code: 'PATH_TRAVERSAL' } }, pattern)
+  }
+  t.match(await call(ws, 'fs_glob', { pattern: '{src,src/lib}/*.ts' }), { ok: true, result: { matches: ['src/lib/x.ts', 'src/main.ts'] } })
+  t.match(await call(ws, 'fs_glob', { pattern: '{a,b}'.repeat(9) }), { ok: false, error: { code: 'VALIDATION_ERROR', detail: { reason: 'too_many_expansions' } } })
+})
+
+t.test('an aborted fs_glob stops walking instead of going on unawaited', async (t) => {
+  const ws = await setup(t)
+  // 7^4 folders: a walk long enough to tell stopping from finishing.
+  const dirs: string[] = ['']
+  for (let level = 0; level < 4; level++) dirs.splice(0, dirs.length, ...dirs.flatMap((d) => Array.from({ length: 7 }, (_, i) => path.join(d, `d${i}`))))
+  await Promise.all(dirs.map((d) => mkdir(path.join(ws.root, 'tree', d), { recursive: true })))
+  const glob = tools.get('fs_glob') as Tool
+  let started = performance.now()
+  await glob.execute({ pattern: 'tree/**/*.none' }, ws.ctx())
+  const whole = performance.now() - started
+  const controller = new AbortController()
+  started = performance.now()
+  const aborted = glob.execute({ pattern: 'tree/**/*.none' }, ws.ctx(controller.signal))
+  setTimeout(() => controller.abort(new Error('timed out')), 5)
+  await t.rejects(aborted, /timed out/, 'the call ends with its abort reason')
+  const stopped = performance.now() - started
+  t.ok(stopped < whole / 2, `stopped after ${stopped.toFixed(0)} ms; the whole walk takes ${whole.toFixed(0)} ms`)
+})
+
 t.test('fs_grep finds lines on a worker thread, filters by glob, caps matches', async (t) => {
   const ws = await setup(t)
   await writeFile(path.join(ws.root, 'src', 'many.txt'), 'hit\n'.repeat(50))

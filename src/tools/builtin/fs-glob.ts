@@ -1,6 +1,7 @@
 import { glob } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
+import { braceExpand } from 'minimatch'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { isInside, resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
@@ -15,6 +16,8 @@ const Parameters = Type.Object(
 )
 
 const skipped = new Set(['.git', 'node_modules'])
+/** More alternatives than this (braces multiply: ten `{a,b}` make 1024) is a pattern no search needs. */
+const MAX_EXPANSIONS = 256
 
 /** fs_glob: workspace paths matching a glob (node:fs/promises glob), confined to the workspace and capped. */
 export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Parameters> {
@@ -26,14 +29,28 @@ export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Para
       '.git and node_modules are searched only when the pattern names them.',
     parameters: Parameters,
     async execute(input, ctx) {
-      const segments = input.pattern.split(/[\\/]+/)
-      if (path.isAbsolute(input.pattern) || segments.includes('..')) {
+      // Braces are expanded first (as glob does), so "{..,x}/*" is checked as "../*" and "x/*".
+      // Expanding one past the limit is enough to know the pattern is over it.
+      const expanded = braceExpand(input.pattern, { braceExpandMax: MAX_EXPANSIONS + 1 })
+      if (expanded.length > MAX_EXPANSIONS) {
+        throw new ToolFailure('VALIDATION_ERROR', `The pattern "${input.pattern}" expands to more than ${MAX_EXPANSIONS} patterns; use fewer braces.`, {
+          pattern: input.pattern, reason: 'too_many_expansions'
+        })
+      }
+      const segments = expanded.flatMap((pattern) => pattern.split(/[\\/]+/))
+      if (expanded.some((pattern) => path.isAbsolute(pattern)) || segments.includes('..')) {
         throw new ToolFailure('PATH_TRAVERSAL', `The pattern "${input.pattern}" reaches outside the workspace.`, { pattern: input.pattern })
       }
       const root = await resolveInWorkspace(ctx.workspace, '.')
       const cwd = await resolveInWorkspace(ctx.workspace, input.path ?? '.', { mustExist: true })
       const named = segments.filter((s) => skipped.has(s))
-      const exclude = (name: string) => skipped.has(path.basename(name)) && !named.includes(path.basename(name))
+      // glob asks before it enters or yields each path: the walk never leaves the workspace,
+      // whatever the pattern, and once the call is aborted (timeout, interrupt) it enters
+      // nothing more, so the work stops instead of going on unawaited.
+      const exclude = (name: string) =>
+        ctx.signal.aborted ||
+        !isInside(root, path.resolve(cwd, name)) ||
+        (skipped.has(path.basename(name)) && !named.includes(path.basename(name)))
       const matches: string[] = []
       let truncated = false
       for await (const match of glob(input.pattern, { cwd, exclude })) {
@@ -51,6 +68,7 @@ export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Para
         }
         matches.push(toWorkspacePath(root, absolute))
       }
+      ctx.signal.throwIfAborted()
       matches.sort()
       const result: Record<string, unknown> = { pattern: input.pattern, matches, truncated }
       if (truncated) result['note'] = `Only ${opts.maxResults} matches are shown; use a more specific pattern.`
