@@ -1,3 +1,4 @@
+import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { Logger } from 'pino'
 import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
@@ -8,7 +9,7 @@ import type {
   EventChannel, EventRecord, MessageRecord, MessageToolCall, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, ToolCallRecord
 } from '../store/store.ts'
 import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
-import { toChatMessages } from './conversation.ts'
+import { ContextWindow } from './context/context-window.ts'
 import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
 import type { SessionToolSet } from './tool-set.ts'
 
@@ -35,6 +36,8 @@ export interface RunDependencies {
   logger: Logger
   /** Server upper bounds; the session's limits may lower them. */
   maxSteps: number
+  /** The token budget of a model request when the session sets none (SPEC 12). */
+  contextTokens: number
 }
 
 /** What the run manager gives one run: its tools and how to wait for people and clients. */
@@ -171,11 +174,19 @@ export class RunExecution {
   async #loop(): Promise<DoneReason> {
     const { store } = this.#deps
     const history = await store.listMessages(this.#session.id)
-    const messages = toChatMessages(this.#session.instructions, history)
+    const context = new ContextWindow({
+      session: this.#session, defaultTokens: this.#deps.contextTokens, tools: this.#hooks.tools.definitions, model: this.#deps.model,
+      store, runId: this.run.id, requestId: this.run.requestId, signal: this.#signal, logger: this.#log,
+      emit: async (channel, type, data) => this.emit(channel, type, data)
+    })
     for (let step = 1; step <= this.#maxSteps; step++) {
       const started = Date.now()
       this.#steps = step
-      const answer = await this.#callModel(step, messages)
+      const answer = await this.#callModel(step, await context.fit(history, step)).catch(async (err: unknown) => {
+        // The provider counts differently than the budget did: compact harder, once, before the run fails.
+        if (!(err instanceof RunFailure) || err.error.code !== 'CONTEXT_LENGTH_EXCEEDED') throw err
+        return this.#callModel(step, await context.fit(history, step, true))
+      })
       const usage = answer.usage ?? emptyUsage()
       this.#usage = addUsage(this.#usage, usage)
       this.run.steps = step
@@ -193,11 +204,10 @@ export class RunExecution {
         this.emit('monitor', 'token_usage', { ...usage }),
         store.addMessage(assistant)
       ])
-      messages.push(...toChatMessages(null, [assistant]))
+      history.push(assistant)
 
       for (const call of toolCalls) {
-        const tool = await this.#runToolCall(step, call)
-        messages.push(...toChatMessages(null, [tool]))
+        history.push(await this.#runToolCall(step, call))
       }
       this.#emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
 
@@ -211,7 +221,7 @@ export class RunExecution {
   }
 
   /** One model call with the retry policy of SPEC 5.1, streaming text and reasoning as events. */
-  async #callModel(step: number, messages: ReturnType<typeof toChatMessages>) {
+  async #callModel(step: number, messages: ChatCompletionMessageParam[]) {
     const { model, retryPolicy } = this.#deps
     for (let attempt = 0; ; attempt++) {
       const text = { started: false, value: '' }

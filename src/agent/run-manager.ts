@@ -18,6 +18,8 @@ export interface RunManagerOptions {
   logger: Logger
   retryPolicy: RetryPolicy
   maxSteps: number
+  /** The token budget of a model request when the session sets none. */
+  contextTokens: number
   /** Runs (queued or executing) one tenant may have at once. */
   maxActiveRunsPerTenant: number
   /** The tools of a session, resolved from its stored selection. */
@@ -126,7 +128,7 @@ export class RunManager {
    * never started) or ended as failed with a run_recovered event and its open calls sealed.
    */
   async recover(): Promise<{ requeued: number; failed: number }> {
-    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
+    const { store, events, model, logger, retryPolicy, maxSteps, contextTokens } = this.#options
     let requeued = 0
     let failed = 0
     for (const run of await store.listUnfinishedRuns()) {
@@ -142,7 +144,7 @@ export class RunManager {
         requeued++
         continue
       }
-      const execution = RunExecution.forRecovery(session, run, { store, events, model, retryPolicy, logger, maxSteps })
+      const execution = RunExecution.forRecovery(session, run, { store, events, model, retryPolicy, logger, maxSteps, contextTokens })
       await execution.abandonAfterRestart()
       failed++
     }
@@ -257,14 +259,14 @@ export class RunManager {
   }
 
   async #execute(live: LiveRun): Promise<void> {
-    const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
+    const { store, events, model, logger, retryPolicy, maxSteps, contextTokens } = this.#options
     const signal = live.controller.signal
     let run: RunRecord = live.record
     try {
       const session = (await store.getSession(live.session.tenant, live.session.id)) ?? live.session
       const tools = await this.#options.resolveTools(session)
       const executeTool = await this.#options.toolExecutor(session, tools, live.record.requestId)
-      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps }, {
+      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps, contextTokens }, {
         tools,
         executeTool,
         waitForApproval: (call, s) => this.#wait(live, 'approval', call, s),

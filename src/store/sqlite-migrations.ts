@@ -119,5 +119,11 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
         UPDATE tenant_stats SET sessions = sessions - 1 WHERE tenant = OLD.tenant;
       END;
     `
+  },
+  {
+    version: 3,
+    name: 'summary messages',
+    // A summary message stands for the first N messages of its session when the model is called (SPEC 12).
+    sql: 'ALTER TABLE messages ADD COLUMN replaces_messages INTEGER;'
   }
 ]

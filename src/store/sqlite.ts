@@ -280,7 +280,7 @@ export class SqliteStore implements Store {
       // at_seq: the session's newest event when the message was stored, which places it for fork.
       const atSeq = this.#currentSeq(m.sessionId) ?? 0
       this.#stmt(INSERT_MESSAGE).run(
-        m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt
+        m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt, m.replacesMessages ?? null
       )
     })
   }
@@ -301,7 +301,8 @@ export class SqliteStore implements Store {
       const insert = this.#stmt(INSERT_MESSAGE)
       for (const row of messages) {
         insert.run(newMessageId(), target.id, row.run_id as string | null, row.role as string, row.content as string | null,
-          row.tool_calls as string | null, row.tool_call_id as string | null, Number(row.at_seq), row.created_at as string)
+          row.tool_calls as string | null, row.tool_call_id as string | null, Number(row.at_seq), row.created_at as string,
+          row.replaces_messages as number | null)
       }
     }, { atomic: true })
   }
@@ -397,8 +398,9 @@ const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at
     approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
+    replaces_messages)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 /** A session as the parameters of INSERT_SESSION. */
 function sessionParams(s: SessionRecord): Param[] {
@@ -452,6 +454,7 @@ function toMessage(row: Row): MessageRecord {
   }
   if (row.tool_calls !== null) message.toolCalls = parse(row.tool_calls)
   if (row.tool_call_id !== null) message.toolCallId = String(row.tool_call_id)
+  if (row.replaces_messages !== null) message.replacesMessages = Number(row.replaces_messages)
   return message
 }
 

@@ -1,0 +1,113 @@
+import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions'
+import type { Logger } from 'pino'
+import { newId } from '../../ids.ts'
+import { classifyModelError } from '../../model/model-errors.ts'
+import type { ModelProvider } from '../../model/types.ts'
+import type { EventChannel, MessageRecord, SessionRecord, Store } from '../../store/store.ts'
+import { assembleContext, planContext, truncationText, type Bridge, type PlanOptions } from './planner.ts'
+import { messageCount, summarise, summaryFailed } from './summariser.ts'
+import { memoized, tokenCounterFor, toolDefinitionTokens, type TokenCounter } from './token-counter.ts'
+
+export interface ContextWindowOptions {
+  session: SessionRecord
+  /** The server's budget (AGENTD_CONTEXT_TOKENS), when the session sets none. */
+  defaultTokens: number
+  tools: ChatCompletionTool[]
+  model: ModelProvider
+  store: Store
+  runId: string
+  requestId: string
+  signal: AbortSignal
+  logger: Logger
+  emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<unknown>
+}
+
+/**
+ * Fits a session's history into its token budget before each model call (SPEC 12): cuts large
+ * tool outputs, then replaces older turns with a summary the model writes and that is stored as
+ * a `summary` message for later calls to reuse; falls back to truncation when summarising fails.
+ * The stored conversation is only ever appended to.
+ */
+export class ContextWindow {
+  readonly #options: ContextWindowOptions
+  #counter: TokenCounter | null = null
+
+  constructor(options: ContextWindowOptions) {
+    this.#options = options
+  }
+
+  /** The session's budget in tokens. */
+  get budget(): number {
+    return this.#options.session.limits.contextTokens ?? this.#options.defaultTokens
+  }
+
+  /**
+   * The messages to send for this history (which it extends with a new summary message, if it
+   * writes one). `harder` after the provider refused a request as too long.
+   */
+  async fit(history: MessageRecord[], step: number, harder = false): Promise<ChatCompletionMessageParam[]> {
+    const { session } = this.#options
+    this.#counter ??= memoized(await tokenCounterFor(session.model))
+    const options: PlanOptions = {
+      instructions: session.instructions,
+      budget: this.budget,
+      fixedTokens: toolDefinitionTokens(this.#counter, this.#options.tools),
+      counter: this.#counter,
+      harder
+    }
+    const plan = planContext(history, options)
+    const stored = plan.view.summary
+    let bridge: Bridge | null = stored ? { kind: 'summary', text: stored.content ?? '', messages: stored.replacesMessages ?? 0 } : null
+    let method: 'tool_outputs' | 'summary' | 'truncation' | null = plan.cuts.size > 0 ? 'tool_outputs' : null
+    let summaryMessageId: string | null = null
+
+    if (plan.older.length > 0) {
+      const replacesMessages = plan.kept[0]?.start ?? history.length
+      const previous = stored?.content ?? null
+      try {
+        const text = await summarise({
+          model: this.#options.model, modelName: session.model, previous, turns: plan.older, counter: this.#counter,
+          inputTokens: Math.floor(options.budget * 0.6), outputTokens: plan.bridgeTokens,
+          signal: this.#options.signal, requestId: this.#options.requestId
+        })
+        const summary: MessageRecord = {
+          id: newId('msg'), sessionId: session.id, runId: this.#options.runId, role: 'summary', content: text,
+          replacesMessages, createdAt: new Date().toISOString()
+        }
+        await this.#options.store.addMessage(summary)
+        history.push(summary)
+        bridge = { kind: 'summary', text, messages: replacesMessages }
+        summaryMessageId = summary.id
+        method = 'summary'
+      } catch (err) {
+        if (this.#options.signal.aborted) throw err
+        const error = summaryFailed(classifyModelError(err).classified, messageCount(plan.older))
+        this.#options.logger.warn({ code: error.code, cause: error.detail?.['cause'] }, 'summarising the history failed, truncating instead')
+        await this.#options.emit('monitor', 'error', { severity: 'warn', phase: 'model', message: error.message, detail: error })
+        bridge = {
+          kind: 'truncation',
+          text: truncationText(previous, plan.older, this.#counter, plan.bridgeTokens),
+          messages: replacesMessages
+        }
+        method = 'truncation'
+      }
+    }
+
+    const assembled = assembleContext(plan, bridge, options)
+    if (assembled.droppedTurns.length > 0 && method !== 'summary') method = 'truncation'
+    if (method !== null) {
+      await this.#options.emit('monitor', 'context_compacted', {
+        step,
+        method,
+        removedMessages: messageCount(plan.older) + messageCount(assembled.droppedTurns),
+        cutToolOutputs: plan.cuts.size,
+        tokensBefore: plan.tokensBefore,
+        tokensAfter: assembled.tokens,
+        budget: options.budget,
+        summaryMessageId,
+        harder
+      })
+    }
+    return assembled.messages
+  }
+}
