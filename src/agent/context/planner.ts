@@ -145,9 +145,10 @@ export function assembleContext(plan: ContextPlan, bridge: Bridge | null, option
 
   const droppedTurns: Turn[] = []
   const userAt = plan.kept.findIndex((turn) => turn === plan.view.turns[plan.view.current])
-  if (userAt >= 0) {
+  if (userAt >= 0 && tokens > budget) {
+    const noteTokens = chatMessageTokens(counter, droppedStepsNote(Number.MAX_SAFE_INTEGER))
     // The newest step stays: the model must see the results it is answering.
-    while (tokens > budget && userAt + 1 < kept.length - 1) {
+    while (tokens + noteTokens > budget && userAt + 1 < kept.length - 1) {
       const [gone] = kept.splice(userAt + 1, 1)
       if (!gone) break
       droppedTurns.push(gone.turn)
@@ -156,11 +157,7 @@ export function assembleContext(plan: ContextPlan, bridge: Bridge | null, option
   }
   const body = kept.flatMap((k) => k.messages)
   if (droppedTurns.length > 0) {
-    const count = droppedTurns.reduce((sum, turn) => sum + turn.messages.length, 0)
-    const note: ChatCompletionMessageParam = {
-      role: 'system',
-      content: `[agentd: ${count} messages of the earlier steps of this request were left out to fit the context window; their tool calls ran and their results are stored]`
-    }
+    const note = droppedStepsNote(droppedTurns.reduce((sum, turn) => sum + turn.messages.length, 0))
     const userMessages = kept[userAt]?.messages.length ?? 1
     body.splice(kept.slice(0, userAt).reduce((sum, k) => sum + k.messages.length, 0) + userMessages, 0, note)
     tokens += chatMessageTokens(counter, note)
@@ -200,6 +197,13 @@ export function cutText(text: string, tokens: number, maxTokens: number, note: s
   if (tokens <= maxTokens) return text
   const keep = Math.floor((text.length * maxTokens) / tokens)
   return `${text.slice(0, keep)}\n${note}`
+}
+
+function droppedStepsNote(count: number): ChatCompletionMessageParam {
+  return {
+    role: 'system',
+    content: `[agentd: ${count} messages of the earlier steps of this request were left out to fit the context window; their tool calls ran and their results are stored]`
+  }
 }
 
 function bridgeContent(bridge: Bridge, counter: TokenCounter, maxTokens: number): string {
