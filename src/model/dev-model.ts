@@ -461,7 +461,13 @@ if (import.meta.main) {
     console.error(`DEV_MODEL_PORT: expected a port number 0-65535, got "${process.env['DEV_MODEL_PORT']}"`)
     process.exit(1)
   }
-  const devModel = await startDevModel({ port, host: process.env['DEV_MODEL_HOST'] ?? '127.0.0.1' })
+  const limit = process.env['DEV_MODEL_CONTEXT_TOKENS']
+  const contextLimit = limit === undefined ? undefined : Number(limit)
+  if (contextLimit !== undefined && !(Number.isInteger(contextLimit) && contextLimit > 0)) {
+    console.error(`DEV_MODEL_CONTEXT_TOKENS: expected a positive integer of tokens, got "${limit}"`)
+    process.exit(1)
+  }
+  const devModel = await startDevModel({ port, host: process.env['DEV_MODEL_HOST'] ?? '127.0.0.1', ...(contextLimit === undefined ? {} : { contextLimit }) })
   console.log(`agentd dev model listening on ${devModel.url}`)
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void devModel.close())
 }
