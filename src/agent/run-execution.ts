@@ -177,7 +177,8 @@ export class RunExecution {
     const context = new ContextWindow({
       session: this.#session, defaultTokens: this.#deps.contextTokens, tools: this.#hooks.tools.definitions, model: this.#deps.model,
       store, runId: this.run.id, requestId: this.run.requestId, signal: this.#signal, logger: this.#log,
-      emit: async (channel, type, data) => this.emit(channel, type, data)
+      emit: async (channel, type, data) => this.emit(channel, type, data),
+      onUsage: (usage) => { this.#usage = addUsage(this.#usage, usage) }
     })
     for (let step = 1; step <= this.#maxSteps; step++) {
       const started = Date.now()

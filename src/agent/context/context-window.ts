@@ -3,6 +3,7 @@ import type { Logger } from 'pino'
 import { newId } from '../../ids.ts'
 import { classifyModelError } from '../../model/model-errors.ts'
 import type { ModelProvider } from '../../model/types.ts'
+import type { Usage } from '../../schemas/common.ts'
 import type { EventChannel, MessageRecord, SessionRecord, Store } from '../../store/store.ts'
 import { assembleContext, planContext, truncationText, type Bridge, type PlanOptions } from './planner.ts'
 import { messageCount, summarise, summaryFailed } from './summariser.ts'
@@ -20,6 +21,8 @@ export interface ContextWindowOptions {
   signal: AbortSignal
   logger: Logger
   emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<unknown>
+  /** Adds the tokens of a summarising call to the run's usage (the session's is added here). */
+  onUsage(usage: Usage): void
 }
 
 /**
@@ -65,7 +68,7 @@ export class ContextWindow {
       const replacesMessages = plan.kept[0]?.start ?? history.length
       const previous = stored?.content ?? null
       try {
-        const text = await summarise({
+        const { text, usage } = await summarise({
           model: this.#options.model, modelName: session.model, previous, turns: plan.older, counter: this.#counter,
           inputTokens: Math.floor(options.budget * 0.6), outputTokens: plan.bridgeTokens,
           signal: this.#options.signal, requestId: this.#options.requestId
@@ -76,6 +79,14 @@ export class ContextWindow {
         }
         await this.#options.store.addMessage(summary)
         history.push(summary)
+        if (usage) {
+          this.#options.onUsage(usage)
+          // One token_usage per model call, the summarising one too, so that clients and metrics that sum them agree with the run.
+          await Promise.all([
+            this.#options.store.addSessionUsage(session.id, usage),
+            this.#options.emit('monitor', 'token_usage', { ...usage, purpose: 'summary' })
+          ])
+        }
         bridge = { kind: 'summary', text, messages: replacesMessages }
         summaryMessageId = summary.id
         method = 'summary'

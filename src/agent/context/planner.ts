@@ -182,10 +182,13 @@ export function truncationText(previous: string | null, older: Turn[], counter: 
   return parts.join('\n\n')
 }
 
-/** One message as a line of a transcript, cut to `maxChars`. */
-export function transcriptLine(message: MessageRecord, maxChars: number): string {
+/** One message as a line of a transcript, cut to `maxChars`; a tool result is named by its tool when `toolNames` knows the call. */
+export function transcriptLine(message: MessageRecord, maxChars: number, toolNames: ReadonlyMap<string, string> = new Map()): string {
   const clip = (text: string) => (text.length > maxChars ? `${text.slice(0, maxChars)}…` : text)
-  if (message.role === 'tool') return `tool result (${message.toolCallId ?? ''}): ${clip(message.content ?? '')}`
+  if (message.role === 'tool') {
+    const callId = message.toolCallId ?? ''
+    return `${toolNames.get(callId) ?? 'tool'} returned: ${clip(message.content ?? '')}`
+  }
   const calls = (message.toolCalls ?? []).map((call) => `${call.name}(${clip(call.arguments)})`)
   const said = message.content ? clip(message.content) : ''
   if (calls.length === 0) return `${message.role}: ${said}`

@@ -1,4 +1,4 @@
-import type { ClassifiedError } from '../../schemas/common.ts'
+import type { ClassifiedError, Usage } from '../../schemas/common.ts'
 import { classifyModelError, createModelError } from '../../model/model-errors.ts'
 import type { ModelProvider } from '../../model/types.ts'
 import { classified } from '../classify.ts'
@@ -32,9 +32,11 @@ export interface SummariseRequest {
 }
 
 /** Asks the model for a summary of older turns; throws a ModelError when it fails or writes nothing. */
-export async function summarise(request: SummariseRequest): Promise<string> {
+export async function summarise(request: SummariseRequest): Promise<{ text: string; usage: Usage | null }> {
   const { counter } = request
-  const lines = request.turns.flatMap((turn) => turn.messages).map((m) => transcriptLine(m, 4000))
+  const messages = request.turns.flatMap((turn) => turn.messages)
+  const toolNames = new Map(messages.flatMap((m) => m.toolCalls ?? []).map((call) => [call.id, call.name]))
+  const lines = messages.map((m) => transcriptLine(m, 4000, toolNames))
   // Every line gets an equal share of the room, so a long transcript loses the middles of long messages, not whole turns.
   const share = Math.max(16, Math.floor(request.inputTokens / Math.max(1, lines.length + (request.previous ? 1 : 0))))
   const clip = (text: string) => cutText(text, counter.count(text), share, '[…]')
@@ -43,6 +45,7 @@ export async function summarise(request: SummariseRequest): Promise<string> {
     ...lines.map(clip)
   ].join('\n')
   let text = ''
+  let usage: Usage | null = null
   try {
     const parts = request.model.stream({
       model: request.modelName,
@@ -52,12 +55,15 @@ export async function summarise(request: SummariseRequest): Promise<string> {
       ],
       maxTokens: request.outputTokens
     }, { signal: request.signal, requestId: request.requestId })
-    for await (const part of parts) if (part.type === 'text') text += part.delta
+    for await (const part of parts) {
+      if (part.type === 'text') text += part.delta
+      else if (part.type === 'finish') usage = part.usage
+    }
   } catch (err) {
     throw classifyModelError(err)
   }
   if (text.trim() === '') throw createModelError('INVALID_RESPONSE', 'The model answered the summary request with no text.')
-  return text.trim()
+  return { text: text.trim(), usage }
 }
 
 /** The classified failure of a summary (SPEC 12): not fatal, the loop truncates instead. */

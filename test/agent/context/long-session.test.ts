@@ -87,13 +87,27 @@ t.test('a session driven past ten times its window keeps answering, with summari
   t.match(last[1], { role: 'system', content: /^Summary of the earlier conversation \(\d+ messages\)/ })
   t.match(last.at(-1), { role: 'user', content: /^turn 39:/ }, 'the latest user message always stays')
 
-  const compactions = (await eventsOf(ctx, sessionId)).filter((e) => e.type === 'context_compacted')
+  const events = await eventsOf(ctx, sessionId)
+  const compactions = events.filter((e) => e.type === 'context_compacted')
   t.equal(compactions.filter((e) => e.data.method === 'summary').length, summaries.length)
+  const usages = events.filter((e) => e.type === 'token_usage')
+  t.equal(usages.filter((e) => e.data.purpose === 'summary').length, summaries.length, 'each summarising call reports its tokens')
+  const session = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}` })).json()
+  t.equal(session.usage.totalTokens, usages.reduce((sum, e) => sum + e.data.totalTokens, 0), 'and the session usage counts them')
   for (const e of compactions) {
     t.equal(e.channel, 'monitor')
     t.match(e.data, { step: 1, removedMessages: Number, tokensBefore: Number, tokensAfter: Number, budget: 1500 })
     t.ok(e.data.tokensAfter <= 1500 && e.data.tokensBefore > 1500, `${e.data.tokensBefore} → ${e.data.tokensAfter} tokens`)
   }
+
+  const fork = (await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/fork`, payload: {} })).json()
+  const forked = await messagesOf(ctx, fork.id)
+  t.same(forked.map((m) => [m.role, m.replacesMessages]), messages.map((m) => [m.role, m.replacesMessages]), 'a fork keeps the summaries and what they stand for')
+  const before = ctx.devModel.requests.length
+  t.equal((await send(ctx, fork.id, 'short')).run.status, 'completed')
+  const forkRequests = ctx.devModel.requests.slice(before).map((r) => r.body.messages as Sent[])
+  t.equal(forkRequests.length, 1, 'the fork reuses the stored summary instead of summarising again')
+  t.equal(forkRequests[0]?.[1]?.content, last[1]?.content)
 })
 
 t.test('when the summary call fails, the run truncates instead, says so in a monitor warn, and goes on', async (t) => {
