@@ -78,7 +78,8 @@ export interface ContextPlan {
 export function planContext(history: MessageRecord[], options: PlanOptions): ContextPlan {
   const { budget, counter } = options
   const view = viewOf(history)
-  const bridgeTokens = Math.max(64, Math.floor(budget / 8))
+  // An eighth of the budget, and no more than a few pages: a summary is a digest, not a second history.
+  const bridgeTokens = Math.max(64, Math.min(4096, Math.floor(budget / 8)))
   const cuts = new Map<string, string>()
   const turnTokens = (turn: Turn) => turn.messages.reduce((sum, m) => sum + chatMessageTokens(counter, sentMessage(m, cuts)), 0)
   const base = baseTokens(options) + (view.summary ? summaryTokens(counter, view.summary.content ?? '') : 0)
