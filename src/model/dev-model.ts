@@ -122,7 +122,7 @@ export async function startDevModel(opts: { port?: number; host?: string; contex
     requests.push({ body, headers: req.headers })
     const n = ++counter
     res.setHeader('x-request-id', headerValue(req.headers['x-request-id']) ?? `req_dev_${n}`)
-    const prompt = promptTokens(body)
+    const prompt = contextLimit === null ? 0 : promptTokens(body)
     if (contextLimit !== null && prompt > contextLimit) {
       return sendError(res, 400, {
         message: `This model's maximum context length is ${contextLimit} tokens. However, your messages resulted in ${prompt} tokens. Please reduce the length of the messages.`,
