@@ -5,9 +5,9 @@ import { classifyModelError } from '../../model/model-errors.ts'
 import type { ModelProvider } from '../../model/types.ts'
 import type { Usage } from '../../schemas/common.ts'
 import type { EventChannel, MessageRecord, SessionRecord, Store } from '../../store/store.ts'
-import { assembleContext, planContext, truncationText, type Bridge, type PlanOptions } from './planner.ts'
+import { assembleContext, cutText, planContext, truncationText, type Bridge, type PlanOptions } from './planner.ts'
 import { messageCount, summarise, summaryFailed } from './summariser.ts'
-import { memoized, tokenCounterFor, toolDefinitionTokens, type TokenCounter } from './token-counter.ts'
+import { byteCounter, memoized, tokenCounterFor, toolDefinitionTokens, type TokenCounter } from './token-counter.ts'
 
 export interface ContextWindowOptions {
   session: SessionRecord
@@ -50,17 +50,16 @@ export class ContextWindow {
    */
   async fit(history: MessageRecord[], step: number, harder = false): Promise<ChatCompletionMessageParam[]> {
     const { session } = this.#options
-    this.#counter ??= memoized(await tokenCounterFor(session.model))
-    const options: PlanOptions = {
-      instructions: session.instructions,
-      budget: this.budget,
-      fixedTokens: toolDefinitionTokens(this.#counter, this.#options.tools),
-      counter: this.#counter,
-      harder
+    if (!harder) {
+      const bytes: PlanOptions = this.#planOptions(byteCounter, false)
+      const bound = planContext(history, bytes)
+      if (bound.tokensBefore <= bytes.budget) return assembleContext(bound, this.#storedBridge(bound.view.summary), bytes).messages
     }
+    this.#counter ??= memoized(await tokenCounterFor(session.model))
+    const options = this.#planOptions(this.#counter, harder)
     const plan = planContext(history, options)
     const stored = plan.view.summary
-    let bridge: Bridge | null = stored ? { kind: 'summary', text: stored.content ?? '', messages: stored.replacesMessages ?? 0 } : null
+    let bridge = this.#storedBridge(stored)
     let method: 'tool_outputs' | 'summary' | 'truncation' | null = plan.cuts.size > 0 ? 'tool_outputs' : null
     let summaryMessageId: string | null = null
 
@@ -68,11 +67,13 @@ export class ContextWindow {
       const replacesMessages = plan.kept[0]?.start ?? history.length
       const previous = stored?.content ?? null
       try {
-        const { text, usage } = await summarise({
+        const { text: written, usage } = await summarise({
           model: this.#options.model, modelName: session.model, previous, turns: plan.older, counter: this.#counter,
           inputTokens: Math.floor(options.budget * 0.6), outputTokens: plan.bridgeTokens,
           signal: this.#options.signal, requestId: this.#options.requestId
         })
+        // Cut before it is stored: later calls send the stored summary as it is, so it must fit the room it was given.
+        const text = cutText(written, this.#counter.count(written), plan.bridgeTokens, '[agentd: the summary was cut to fit the context window]')
         const summary: MessageRecord = {
           id: newId('msg'), sessionId: session.id, runId: this.#options.runId, role: 'summary', content: text,
           replacesMessages, createdAt: new Date().toISOString()
@@ -120,5 +121,20 @@ export class ContextWindow {
       })
     }
     return assembled.messages
+  }
+
+  #planOptions(counter: TokenCounter, harder: boolean): PlanOptions {
+    return {
+      instructions: this.#options.session.instructions,
+      budget: this.budget,
+      fixedTokens: toolDefinitionTokens(counter, this.#options.tools),
+      counter,
+      harder
+    }
+  }
+
+  /** The stored summary as the bridge of the request, if there is one. */
+  #storedBridge(summary: MessageRecord | null): Bridge | null {
+    return summary ? { kind: 'summary', text: summary.content ?? '', messages: summary.replacesMessages ?? 0 } : null
   }
 }

@@ -138,7 +138,7 @@ export function assembleContext(plan: ContextPlan, bridge: Bridge | null, option
   const { counter, budget } = options
   const head: ChatCompletionMessageParam[] = []
   if (options.instructions) head.push({ role: 'system', content: options.instructions })
-  if (bridge) head.push({ role: 'system', content: bridgeContent(bridge, counter, plan.bridgeTokens) })
+  if (bridge) head.push({ role: 'system', content: bridgeContent(bridge) })
   const kept = plan.kept.map((turn) => ({ turn, messages: turn.messages.map((m) => sentMessage(m, plan.cuts)) }))
   const tokensOf = (messages: ChatCompletionMessageParam[]) => messages.reduce((sum, m) => sum + chatMessageTokens(counter, m), 0)
   const fixed = options.fixedTokens + REPLY_PRIMING + tokensOf(head)
@@ -210,12 +210,11 @@ function droppedStepsNote(count: number): ChatCompletionMessageParam {
   }
 }
 
-function bridgeContent(bridge: Bridge, counter: TokenCounter, maxTokens: number): string {
+function bridgeContent(bridge: Bridge): string {
   const intro = bridge.kind === 'summary'
     ? `Summary of the earlier conversation (${bridge.messages} messages), written to fit the context window:`
     : `[agentd: the earlier conversation (${bridge.messages} messages) was left out to fit the context window; no summary could be written]`
-  const text = cutText(bridge.text, counter.count(bridge.text), maxTokens, '[agentd: cut to fit the context window]')
-  return text ? `${intro}\n${text}` : intro
+  return bridge.text ? `${intro}\n${bridge.text}` : intro
 }
 
 function summaryTokens(counter: TokenCounter, text: string): number {

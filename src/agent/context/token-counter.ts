@@ -39,6 +39,15 @@ export const estimateCounter: TokenCounter = {
   count: (text) => Math.ceil(Buffer.byteLength(text, 'utf8') / 3)
 }
 
+/**
+ * An upper bound of every tokenizer's count: a token covers at least one byte. A history whose
+ * bytes fit the budget fits it in tokens, so most calls need no tokenizer at all.
+ */
+export const byteCounter: TokenCounter = {
+  encoding: 'estimate',
+  count: (text) => Buffer.byteLength(text, 'utf8')
+}
+
 function encodingCounter(
   encoding: 'o200k_base' | 'cl100k_base',
   countTokens: (text: string, options: { disallowedSpecial: Set<string> }) => number

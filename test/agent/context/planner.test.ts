@@ -2,7 +2,7 @@ import fc from 'fast-check'
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import t from 'tap'
 import { assembleContext, planContext, truncationText, viewOf, type PlanOptions } from '../../../src/agent/context/planner.ts'
-import { chatMessageTokens, estimateCounter, tokenCounterFor } from '../../../src/agent/context/token-counter.ts'
+import { byteCounter, chatMessageTokens, estimateCounter, tokenCounterFor } from '../../../src/agent/context/token-counter.ts'
 import type { MessageRecord } from '../../../src/store/store.ts'
 
 let seq = 0
@@ -174,4 +174,11 @@ t.test('OpenAI model names are counted by their tokenizer, other models by the d
   t.equal(llama.encoding, 'estimate')
   t.equal(llama.count('hello world'), 4, '11 bytes / 3, rounded up')
   t.equal(llama.count('日本語'), 3, '9 bytes of UTF-8')
+})
+
+t.test('bytes bound every tokenizer\'s count, so a history whose bytes fit is sent without counting tokens', async (t) => {
+  const counters = [await tokenCounterFor('gpt-4o'), await tokenCounterFor('gpt-4'), estimateCounter]
+  fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 200 }), (text) =>
+    counters.every((counter) => counter.count(text) <= byteCounter.count(text))), { numRuns: 500 })
+  t.pass('500 random Unicode strings')
 })
