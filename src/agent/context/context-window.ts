@@ -5,7 +5,7 @@ import { classifyModelError } from '../../model/model-errors.ts'
 import type { ModelProvider } from '../../model/types.ts'
 import type { Usage } from '../../schemas/common.ts'
 import type { EventChannel, MessageRecord, SessionRecord, Store } from '../../store/store.ts'
-import { assembleContext, cutText, planContext, truncationText, type Bridge, type PlanOptions } from './planner.ts'
+import { assembleContext, cutText, planContext, truncationText, type Bridge, type ContextPlan, type PlanOptions } from './planner.ts'
 import { messageCount, summarise, summaryFailed } from './summariser.ts'
 import { byteCounter, memoized, tokenCounterFor, toolDefinitionTokens, type TokenCounter } from './token-counter.ts'
 
@@ -66,41 +66,29 @@ export class ContextWindow {
     if (plan.older.length > 0) {
       const replacesMessages = plan.kept[0]?.start ?? history.length
       const previous = stored?.content ?? null
-      try {
-        const { text: written, usage } = await summarise({
-          model: this.#options.model, modelName: session.model, previous, turns: plan.older, counter: this.#counter,
-          inputTokens: Math.floor(options.budget * 0.6), outputTokens: plan.bridgeTokens,
-          signal: this.#options.signal, requestId: this.#options.requestId
-        })
+      const written = await this.#summarise(previous, plan, options)
+      if (written) {
         // Cut before it is stored: later calls send the stored summary as it is, so it must fit the room it was given.
-        const text = cutText(written, this.#counter.count(written), plan.bridgeTokens, '[agentd: the summary was cut to fit the context window]')
+        const text = cutText(written.text, this.#counter.count(written.text), plan.bridgeTokens, '[agentd: the summary was cut to fit the context window]')
         const summary: MessageRecord = {
           id: newId('msg'), sessionId: session.id, runId: this.#options.runId, role: 'summary', content: text,
           replacesMessages, createdAt: new Date().toISOString()
         }
         await this.#options.store.addMessage(summary)
         history.push(summary)
-        if (usage) {
-          this.#options.onUsage(usage)
+        if (written.usage) {
+          this.#options.onUsage(written.usage)
           // One token_usage per model call, the summarising one too, so that clients and metrics that sum them agree with the run.
           await Promise.all([
-            this.#options.store.addSessionUsage(session.id, usage),
-            this.#options.emit('monitor', 'token_usage', { ...usage, purpose: 'summary' })
+            this.#options.store.addSessionUsage(session.id, written.usage),
+            this.#options.emit('monitor', 'token_usage', { ...written.usage, purpose: 'summary' })
           ])
         }
         bridge = { kind: 'summary', text, messages: replacesMessages }
         summaryMessageId = summary.id
         method = 'summary'
-      } catch (err) {
-        if (this.#options.signal.aborted) throw err
-        const error = summaryFailed(classifyModelError(err).classified, messageCount(plan.older))
-        this.#options.logger.warn({ code: error.code, cause: error.detail?.['cause'] }, 'summarising the history failed, truncating instead')
-        await this.#options.emit('monitor', 'error', { severity: 'warn', phase: 'model', message: error.message, detail: error })
-        bridge = {
-          kind: 'truncation',
-          text: truncationText(previous, plan.older, this.#counter, plan.bridgeTokens),
-          messages: replacesMessages
-        }
+      } else {
+        bridge = { kind: 'truncation', text: truncationText(previous, plan.older, this.#counter, plan.bridgeTokens), messages: replacesMessages }
         method = 'truncation'
       }
     }
@@ -121,6 +109,23 @@ export class ContextWindow {
       })
     }
     return assembled.messages
+  }
+
+  /** The summary of the plan's older turns, or null when the call failed (reported as a monitor warn). */
+  async #summarise(previous: string | null, plan: ContextPlan, options: PlanOptions): Promise<{ text: string; usage: Usage | null } | null> {
+    try {
+      return await summarise({
+        model: this.#options.model, modelName: this.#options.session.model, previous, turns: plan.older,
+        counter: options.counter, inputTokens: Math.floor(options.budget * 0.6), outputTokens: plan.bridgeTokens,
+        signal: this.#options.signal, requestId: this.#options.requestId
+      })
+    } catch (err) {
+      if (this.#options.signal.aborted) throw err
+      const error = summaryFailed(classifyModelError(err).classified, messageCount(plan.older))
+      this.#options.logger.warn({ code: error.code, cause: error.detail?.['cause'] }, 'summarising the history failed, truncating instead')
+      await this.#options.emit('monitor', 'error', { severity: 'warn', phase: 'model', message: error.message, detail: error })
+      return null
+    }
   }
 
   #planOptions(counter: TokenCounter, harder: boolean): PlanOptions {
