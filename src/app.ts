@@ -178,6 +178,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     logger: log,
     retryPolicy: { ...defaultRetryPolicy, ...options.retryPolicy, maxRetries: options.retryPolicy?.maxRetries ?? config.modelMaxRetries },
     maxSteps: config.maxSteps,
+    contextTokens: config.contextTokens,
     maxActiveRunsPerTenant: config.limits.activeRunsPerTenant,
     hooks,
     resolveTools: (session) => tools.resolve(session),

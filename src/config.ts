@@ -37,6 +37,7 @@ export const EnvSchema = Type.Object({
   AGENTD_WORKSPACES: Type.String({ minLength: 1, default: './data/workspaces', description: 'a folder path' }),
   AGENTD_MAX_STEPS: integer('an integer from 1 to 1000', '25'),
   AGENTD_TOOL_TIMEOUT_MS: integer('an integer of milliseconds from 100 to 3600000', '60000'),
+  AGENTD_CONTEXT_TOKENS: integer('an integer of tokens from 256 to 10000000', '100000'),
   AGENTD_MODEL_TIMEOUT_MS: integer('an integer of milliseconds from 100 to 3600000', '120000'),
   AGENTD_MODEL_MAX_RETRIES: integer('an integer from 0 to 10', '3'),
   AGENTD_BODY_LIMIT: integer('an integer of bytes from 1024 to 104857600', '1048576'),
@@ -87,6 +88,8 @@ export interface Config {
   workspaces: string
   maxSteps: number
   toolTimeoutMs: number
+  /** Tokens a model request may hold (history, instructions, tool definitions), unless a session sets its own. */
+  contextTokens: number
   modelTimeoutMs: number
   modelMaxRetries: number
   bodyLimit: number
@@ -129,6 +132,7 @@ const ranges: Partial<Record<keyof Env, [number, number]>> = {
   PORT: [0, 65535],
   AGENTD_MAX_STEPS: [1, 1000],
   AGENTD_TOOL_TIMEOUT_MS: [100, 3_600_000],
+  AGENTD_CONTEXT_TOKENS: [256, 10_000_000],
   AGENTD_MODEL_TIMEOUT_MS: [100, 3_600_000],
   AGENTD_MODEL_MAX_RETRIES: [0, 10],
   AGENTD_BODY_LIMIT: [1024, 104_857_600],
@@ -220,6 +224,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     workspaces: env.AGENTD_WORKSPACES,
     maxSteps: Number(env.AGENTD_MAX_STEPS),
     toolTimeoutMs: Number(env.AGENTD_TOOL_TIMEOUT_MS),
+    contextTokens: Number(env.AGENTD_CONTEXT_TOKENS),
     modelTimeoutMs: Number(env.AGENTD_MODEL_TIMEOUT_MS),
     modelMaxRetries: Number(env.AGENTD_MODEL_MAX_RETRIES),
     bodyLimit: Number(env.AGENTD_BODY_LIMIT),

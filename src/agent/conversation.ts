@@ -1,14 +1,6 @@
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { MessageRecord } from '../store/store.ts'
 
-/** The stored messages as the Chat Completions conversation, after the session's instructions. */
-export function toChatMessages(instructions: string | null, messages: MessageRecord[]): ChatCompletionMessageParam[] {
-  const chat: ChatCompletionMessageParam[] = []
-  if (instructions) chat.push({ role: 'system', content: instructions })
-  for (const message of messages) chat.push(toChatMessage(message))
-  return chat
-}
-
 /** One stored message as a Chat Completions message. */
 export function toChatMessage(message: MessageRecord): ChatCompletionMessageParam {
   if (message.role === 'user') return { role: 'user', content: message.content ?? '' }

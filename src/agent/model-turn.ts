@@ -1,7 +1,7 @@
 import { classifyModelError } from '../model/model-errors.ts'
 import { ModelError } from '../model/types.ts'
 import type { Usage } from '../schemas/common.ts'
-import type { toChatMessages } from './conversation.ts'
+import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import { retryDelayMs, shouldRetry, sleep, waitRefused } from './retry.ts'
 import { RunFailure, type RunContext } from './run-context.ts'
 import type { SessionToolSet } from '../tools/tool-set.ts'
@@ -30,7 +30,7 @@ export async function callModel(
   ctx: RunContext,
   tools: SessionToolSet,
   step: number,
-  messages: ReturnType<typeof toChatMessages>
+  messages: ChatCompletionMessageParam[]
 ): Promise<ModelAnswer> {
   const { model, retryPolicy } = ctx.deps
   let waitedMs = 0

@@ -18,6 +18,8 @@ export interface RunDependencies {
   maxSteps: number
   /** The operator's preToolUse and postToolUse hooks (SPEC 15). */
   hooks?: HookRunner | undefined
+  /** The token budget of a model request when the session sets none (SPEC 12). */
+  contextTokens: number
 }
 
 export type RunPhase = 'model' | 'tool' | 'system'

@@ -2,7 +2,7 @@ import { newId } from '../ids.ts'
 import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
 import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord, type SessionRecord } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
-import { toChatMessages } from './conversation.ts'
+import { ContextWindow } from './context/context-window.ts'
 import { callModel } from './model-turn.ts'
 import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
@@ -72,11 +72,22 @@ export class RunExecution {
   async #loop(): Promise<DoneReason> {
     const ctx = this.#ctx
     const history = await ctx.deps.store.listMessages(ctx.session.id)
-    const messages = toChatMessages(ctx.session.instructions, history)
+    const context = new ContextWindow({
+      session: ctx.session, defaultTokens: ctx.deps.contextTokens, tools: this.#hooks.tools.definitions, model: ctx.deps.model,
+      runId: ctx.run.id, requestId: ctx.run.requestId, signal: ctx.signal, logger: ctx.log,
+      commit: (writes) => ctx.commit(writes),
+      event: (channel, type, data) => ctx.event(channel, type, data),
+      emit: (channel, type, data) => ctx.emit(channel, type, data),
+      onUsage: (usage) => { this.#usage = addUsage(this.#usage, usage) }
+    })
     for (let step = 1; step <= this.#maxSteps; step++) {
       const started = Date.now()
       ctx.step = step
-      const answer = await callModel(ctx, this.#hooks.tools, step, messages)
+      const answer = await callModel(ctx, this.#hooks.tools, step, await context.fit(history, step)).catch(async (err: unknown) => {
+        // The provider counts differently than the budget did: compact harder, once, before the run fails.
+        if (!(err instanceof RunFailure) || err.error.code !== 'CONTEXT_LENGTH_EXCEEDED') throw err
+        return callModel(ctx, this.#hooks.tools, step, await context.fit(history, step, true))
+      })
       const usage = answer.usage ?? emptyUsage()
       this.#usage = addUsage(this.#usage, usage)
       ctx.run.steps = step
@@ -95,11 +106,10 @@ export class RunExecution {
         ctx.event('monitor', 'token_usage', { ...usage }),
         { type: 'message', message: assistant }
       ])
-      messages.push(...toChatMessages(null, [assistant]))
+      history.push(assistant)
 
       for (const call of toolCalls) {
-        const tool = await runToolCall(ctx, this.#hooks, step, call)
-        messages.push(...toChatMessages(null, [tool]))
+        history.push(await runToolCall(ctx, this.#hooks, step, call))
       }
       ctx.emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
 

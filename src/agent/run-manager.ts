@@ -22,6 +22,8 @@ export interface RunManagerOptions {
   logger: Logger
   retryPolicy: RetryPolicy
   maxSteps: number
+  /** The token budget of a model request when the session sets none. */
+  contextTokens: number
   /** Runs (queued or executing) one tenant may have at once. */
   maxActiveRunsPerTenant: number
   /** The tools of a session, resolved from its stored selection. */
@@ -166,8 +168,8 @@ export class RunManager {
   }
 
   #dependencies(): RunDependencies {
-    const { store, events, model, logger, retryPolicy, maxSteps, hooks } = this.#options
-    return { store, events, model, logger, retryPolicy, maxSteps, hooks }
+    const { store, events, model, logger, retryPolicy, maxSteps, hooks, contextTokens } = this.#options
+    return { store, events, model, logger, retryPolicy, maxSteps, hooks, contextTokens }
   }
 
   /** Records a run that never started as cancelled (done: interrupted). */

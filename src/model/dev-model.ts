@@ -55,6 +55,12 @@ export interface DevModel {
   readonly requests: DevModelRequest[]
   /** Queues steps; each request takes the oldest one, and an empty queue means the default behaviour. */
   script(...steps: DevModelStep[]): void
+  /**
+   * Gives the model a context window: a request whose prompt (counted as in `usage`, four
+   * characters a token) is longer is refused with a 400 `context_length_exceeded`, as OpenAI does,
+   * without taking a scripted step. null removes the limit.
+   */
+  setContextLimit(tokens: number | null): void
   /** Empties the script queue and the request log. */
   reset(): void
   close(): Promise<void>
@@ -65,11 +71,12 @@ type Answer =
   | { kind: 'tool_calls'; calls: DevToolCall[]; text?: string }
 
 /** Starts the dev model on `port` (0 = any free port) and resolves once it listens. */
-export async function startDevModel(opts: { port?: number; host?: string } = {}): Promise<DevModel> {
+export async function startDevModel(opts: { port?: number; host?: string; contextLimit?: number } = {}): Promise<DevModel> {
   const host = opts.host ?? '127.0.0.1'
   const queue: DevModelStep[] = []
   const requests: DevModelRequest[] = []
   let counter = 0
+  let contextLimit = opts.contextLimit ?? null
 
   const server = createServer((req, res) => {
     route(req, res).catch((err: unknown) => {
@@ -115,6 +122,13 @@ export async function startDevModel(opts: { port?: number; host?: string } = {})
     requests.push({ body, headers: req.headers })
     const n = ++counter
     res.setHeader('x-request-id', headerValue(req.headers['x-request-id']) ?? `req_dev_${n}`)
+    const prompt = contextLimit === null ? 0 : promptTokens(body)
+    if (contextLimit !== null && prompt > contextLimit) {
+      return sendError(res, 400, {
+        message: `This model's maximum context length is ${contextLimit} tokens. However, your messages resulted in ${prompt} tokens. Please reduce the length of the messages.`,
+        type: 'invalid_request_error', param: 'messages', code: 'context_length_exceeded'
+      })
+    }
 
     const step = queue.shift()
     const gone = new AbortController()
@@ -162,6 +176,9 @@ export async function startDevModel(opts: { port?: number; host?: string } = {})
     requests,
     script: (...steps) => {
       queue.push(...steps)
+    },
+    setContextLimit: (tokens) => {
+      contextLimit = tokens
     },
     reset,
     close: () =>
@@ -273,10 +290,14 @@ function finishReason(answer: Answer): string {
 
 /** Plausible token counts: about four characters a token. */
 function usage(body: DevChatRequest, answer: Answer): Record<string, number> {
-  const prompt = Math.ceil((JSON.stringify(body.messages).length + JSON.stringify(body.tools ?? []).length) / 4)
+  const prompt = promptTokens(body)
   const out = (answer.text ?? '') + (answer.kind === 'text' ? (answer.reasoning ?? '') : answer.calls.map(argumentsText).join(''))
   const completionTokens = Math.max(1, Math.ceil(out.length / 4))
   return { prompt_tokens: prompt, completion_tokens: completionTokens, total_tokens: prompt + completionTokens }
+}
+
+function promptTokens(body: DevChatRequest): number {
+  return Math.ceil((JSON.stringify(body.messages).length + JSON.stringify(body.tools ?? []).length) / 4)
 }
 
 function argumentsText(call: DevToolCall): string {
@@ -305,6 +326,7 @@ function fragments(args: string): string[] {
  */
 function defaultAnswer(body: DevChatRequest): Answer {
   const { messages } = body
+  if (isSummaryRequest(messages)) return { kind: 'text', text: summariseTranscript(textOf(messages.at(-1)?.content)) }
   if (messages.at(-1)?.role === 'tool') return { kind: 'text', text: summariseToolResults(messages) }
   const lastUser = messages.findLast((m) => m.role === 'user')
   const said = lastUser ? textOf(lastUser.content) : ''
@@ -313,6 +335,19 @@ function defaultAnswer(body: DevChatRequest): Answer {
   if (calls.length > 0) return { kind: 'tool_calls', calls }
   if (said.trim() === '') return { kind: 'text', text: 'Hello from the agentd dev model. Write "call <tool> {json}" to make me call a tool.' }
   return { kind: 'text', text: `You said: ${said}` }
+}
+
+/** agentd's own summarising call (src/agent/context/summariser.ts) opens with these words. */
+function isSummaryRequest(messages: ChatCompletionMessageParam[]): boolean {
+  const first = messages[0]
+  return first?.role === 'system' && /^You summarise/.test(textOf(first.content))
+}
+
+/** A short summary of a transcript: what the user said, each cut short, at most 600 characters in all. */
+function summariseTranscript(transcript: string): string {
+  const said = transcript.split('\n').filter((line) => line.startsWith('user: ')).map((line) => line.slice(6, 66))
+  const text = `Summary: the user said ${said.length > 0 ? said.join('; ') : 'nothing yet'}.`
+  return text.length > 600 ? `${text.slice(0, 599)}…` : text
 }
 
 function summariseToolResults(messages: ChatCompletionMessageParam[]): string {
@@ -380,6 +415,7 @@ interface OpenAIErrorObject {
   message: string
   type: string
   code: string | null
+  param?: string
 }
 
 function defaultError(status: number, model: string): OpenAIErrorObject {
@@ -425,7 +461,13 @@ if (import.meta.main) {
     console.error(`DEV_MODEL_PORT: expected a port number 0-65535, got "${process.env['DEV_MODEL_PORT']}"`)
     process.exit(1)
   }
-  const devModel = await startDevModel({ port, host: process.env['DEV_MODEL_HOST'] ?? '127.0.0.1' })
+  const limit = process.env['DEV_MODEL_CONTEXT_TOKENS']
+  const contextLimit = limit === undefined ? undefined : Number(limit)
+  if (contextLimit !== undefined && !(Number.isInteger(contextLimit) && contextLimit > 0)) {
+    console.error(`DEV_MODEL_CONTEXT_TOKENS: expected a positive integer of tokens, got "${limit}"`)
+    process.exit(1)
+  }
+  const devModel = await startDevModel({ port, host: process.env['DEV_MODEL_HOST'] ?? '127.0.0.1', ...(contextLimit === undefined ? {} : { contextLimit }) })
   console.log(`agentd dev model listening on ${devModel.url}`)
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void devModel.close())
 }

@@ -74,8 +74,8 @@ export const modelErrorCatalogue: Readonly<Record<ModelErrorCode, CatalogueEntry
     errorType: 'runtime',
     retryable: false,
     recommendations: [
-      'Shorten the conversation or fork the session from an earlier event (POST /v1/sessions/{id}/fork with atSeq).',
-      'Lower limits.maxTokens or use a model with a larger context window.'
+      'Shorten the message, or fork the session from an earlier event (POST /v1/sessions/{id}/fork with atSeq), or use a model with a larger context window.',
+      "Set the session's limits.contextTokens (or AGENTD_CONTEXT_TOKENS) below the model's context window: the history is then compacted to fit it."
     ]
   },
   NETWORK_ERROR: {

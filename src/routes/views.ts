@@ -25,6 +25,7 @@ export function toMessageView(message: MessageRecord): Message {
   }
   if (message.toolCalls) view.toolCalls = message.toolCalls
   if (message.toolCallId) view.toolCallId = message.toolCallId
+  if (message.replacesMessages !== undefined) view.replacesMessages = message.replacesMessages
   return view
 }
 

@@ -6,12 +6,15 @@ export const MessageSchema = Type.Object(
     id: Type.String(),
     sessionId: Type.String(),
     runId: Type.Union([Type.String(), Type.Null()]),
-    role: Type.Union([Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool')]),
+    role: Type.Union([Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool'), Type.Literal('summary')], {
+      description: 'summary: written by the model when the history outgrew the context window; it stands for earlier messages in later model calls, and they stay stored'
+    }),
     content: Type.Union([Type.String(), Type.Null()]),
     toolCalls: Type.Optional(
       Type.Array(Type.Object({ id: Type.String(), name: Type.String(), arguments: Type.String({ description: 'JSON text as the model sent it' }) }))
     ),
     toolCallId: Type.Optional(Type.String()),
+    replacesMessages: Type.Optional(Type.Integer({ minimum: 0, description: 'of a summary: how many messages, counted from the first of this list, it stands for when the model is called' })),
     createdAt: Type.String({ format: 'date-time' })
   },
   { $id: 'Message' }

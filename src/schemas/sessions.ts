@@ -21,7 +21,11 @@ export const LimitsSchema = Type.Object(
   {
     maxSteps: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: 'model calls per run, at most the server limit' })),
     toolTimeoutMs: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000, description: 'at most the server limit' })),
-    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000_000, description: 'total tokens per run' }))
+    maxTokens: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000_000, description: 'total tokens per run' })),
+    contextTokens: Type.Optional(Type.Integer({
+      minimum: 256, maximum: 10_000_000,
+      description: 'tokens one model request may hold (instructions, tool definitions, history); a longer history is compacted to fit; default AGENTD_CONTEXT_TOKENS'
+    }))
   },
   { additionalProperties: false }
 )

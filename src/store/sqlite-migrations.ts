@@ -129,5 +129,11 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
       ALTER TABLE idempotency ADD COLUMN lease_until TEXT;
       UPDATE idempotency SET lease_until = created_at;
     `
+  },
+  {
+    version: 4,
+    name: 'summary messages',
+    // A summary message stands for the first N messages of its session when the model is called (SPEC 12).
+    sql: 'ALTER TABLE messages ADD COLUMN replaces_messages INTEGER;'
   }
 ]

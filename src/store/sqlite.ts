@@ -276,7 +276,8 @@ export class SqliteStore implements Store {
         return () => {
           // at_seq: the session's newest event when the message was stored, which places it for fork.
           const atSeq = this.#currentSeq(m.sessionId) ?? 0
-          this.#stmt(INSERT_MESSAGE).run(m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt)
+          this.#stmt(INSERT_MESSAGE).run(m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt,
+            m.replacesMessages ?? null)
         }
       }
       case 'newRun': {
@@ -418,11 +419,11 @@ export class SqliteStore implements Store {
       const insert = this.#stmt(INSERT_MESSAGE)
       const copied = rows.map((row) => ({ ...toMessage(row), id: seal.newMessageId(), sessionId: fork.id, atSeq: Number(row.at_seq) }))
       for (const m of copied) {
-        insert.run(m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt)
+        insert.run(m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt, m.replacesMessages ?? null)
       }
       for (const call of unansweredCalls(copied)) {
         const runId = copied.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? null
-        insert.run(seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString())
+        insert.run(seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString(), null)
       }
       return fork
     }, { atomic: true })
@@ -512,8 +513,9 @@ const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at
     approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
+    replaces_messages)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 /** A session as the parameters of INSERT_SESSION. */
 function sessionParams(s: SessionRecord): Param[] {
@@ -567,6 +569,7 @@ function toMessage(row: Row): MessageRecord {
   }
   if (row.tool_calls !== null) message.toolCalls = parse(row.tool_calls)
   if (row.tool_call_id !== null) message.toolCallId = String(row.tool_call_id)
+  if (row.replaces_messages !== null) message.replacesMessages = Number(row.replaces_messages)
   return message
 }
 

@@ -131,6 +131,7 @@ export interface RunLimits {
   maxSteps?: number
   toolTimeoutMs?: number
   maxTokens?: number
+  contextTokens?: number
 }
 
 export interface SessionRecord {
@@ -164,10 +165,12 @@ export interface MessageRecord {
   id: string
   sessionId: string
   runId: string | null
-  role: 'user' | 'assistant' | 'tool'
+  role: 'user' | 'assistant' | 'tool' | 'summary'
   content: string | null
   toolCalls?: MessageToolCall[]
   toolCallId?: string
+  /** Of a summary: how many messages, from the first, it stands for in what the model is sent (SPEC 12). */
+  replacesMessages?: number
   createdAt: string
 }
 

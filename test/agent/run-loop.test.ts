@@ -58,7 +58,7 @@ async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord
   const model = scriptedModel(turns)
   const runs = new RunManager({
     store, events, coordinator, model, logger: pino({ level: 'silent' }),
-    retryPolicy: { baseMs: 1, capMs: 2, maxRetries: 2, maxWaitMs: 60_000 }, maxSteps: 5, maxActiveRunsPerTenant: 10,
+    retryPolicy: { baseMs: 1, capMs: 2, maxRetries: 2, maxWaitMs: 60_000 }, maxSteps: 5, maxActiveRunsPerTenant: 10, contextTokens: 100_000,
     resolveTools: async () => echoTools,
     toolExecutor: async () => async (call) => ({ ok: true, result: { echoed: call.input } })
   })

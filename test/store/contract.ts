@@ -175,4 +175,17 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.same((await store.listSessionToolCalls('ses_a', { limit: 2, after: 'call_2' })).map((c) => c.id), ['call_3'])
     t.same((await store.listSessionToolCalls('ses_b', { limit: 10 })).map((c) => c.id), ['call_0'], 'only the session asked for')
   })
+
+  t.test('a summary message keeps its role and what it stands for, also in a fork', async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_s'))
+    await store.commit([
+      { type: 'message', message: message('msg_1', 'ses_s') },
+      { type: 'message', message: message('msg_2', 'ses_s', { role: 'summary', content: 'earlier: hello', replacesMessages: 1 }) }
+    ])
+    t.match(await store.listMessages('ses_s'), [{ id: 'msg_1', role: 'user' }, { id: 'msg_2', role: 'summary', replacesMessages: 1 }])
+    let ids = 0
+    await store.forkSession('ses_s', session('ses_sf'), 0, { newMessageId: () => `msg_f${++ids}`, sealedAnswer: () => 'sealed' })
+    t.match(await store.listMessages('ses_sf'), [{ role: 'user' }, { role: 'summary', content: 'earlier: hello', replacesMessages: 1 }])
+  })
 }

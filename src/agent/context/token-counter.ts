@@ -1,0 +1,96 @@
+import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions'
+
+/** Counts tokens of text the way one model family does, or estimates them. */
+export interface TokenCounter {
+  /** The tokenizer in use: a tiktoken encoding for OpenAI models, else 'estimate'. */
+  readonly encoding: 'o200k_base' | 'cl100k_base' | 'estimate'
+  count(text: string): number
+}
+
+/**
+ * What every chat message costs beyond its text (role, separators), as OpenAI documents for
+ * its chat format; also the priming of the answer, counted once per request.
+ */
+export const MESSAGE_OVERHEAD = 4
+export const REPLY_PRIMING = 3
+
+/** Model names that OpenAI's o200k_base encoding tokenizes (GPT-4o, 4.1, 4.5, 5, o-series, gpt-oss). */
+const o200kModels = /^(?:azure\/|openai\/)?(?:gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|chatgpt-4o|o1|o3|o4)/i
+/** Model names of the older cl100k_base encoding (GPT-4, GPT-3.5 and OpenAI's embeddings). */
+const cl100kModels = /^(?:azure\/|openai\/)?(?:gpt-4|gpt-3\.5|gpt-35|text-embedding)/i
+
+/**
+ * The counter for a model: the real tokenizer for OpenAI model names (gpt-tokenizer, loaded on
+ * first use), the estimate for every other model.
+ */
+export async function tokenCounterFor(model: string): Promise<TokenCounter> {
+  if (o200kModels.test(model)) return encodingCounter('o200k_base', (await import('gpt-tokenizer/encoding/o200k_base')).countTokens)
+  if (cl100kModels.test(model)) return encodingCounter('cl100k_base', (await import('gpt-tokenizer/encoding/cl100k_base')).countTokens)
+  return estimateCounter
+}
+
+/**
+ * The estimate for models whose tokenizer agentd does not ship (Llama, Qwen, Mistral, …): one token
+ * per three bytes of UTF-8, rounded up. English runs about four bytes a token in those tokenizers,
+ * so this overcounts (the window is not overrun); CJK text runs about three bytes a token.
+ */
+export const estimateCounter: TokenCounter = {
+  encoding: 'estimate',
+  count: (text) => Math.ceil(Buffer.byteLength(text, 'utf8') / 3)
+}
+
+/**
+ * An upper bound of every tokenizer's count: a token covers at least one byte. A history whose
+ * bytes fit the budget fits it in tokens, so most calls need no tokenizer at all.
+ */
+export const byteCounter: TokenCounter = {
+  encoding: 'estimate',
+  count: (text) => Buffer.byteLength(text, 'utf8')
+}
+
+function encodingCounter(
+  encoding: 'o200k_base' | 'cl100k_base',
+  countTokens: (text: string, options: { disallowedSpecial: Set<string> }) => number
+): TokenCounter {
+  // Text that spells a special token (`<|endoftext|>`) is counted as plain text, as the provider reads it.
+  const options = { disallowedSpecial: new Set<string>() }
+  return { encoding, count: (text) => countTokens(text, options) }
+}
+
+/** A counter that remembers the counts of texts it has seen: a history is counted again before every model call. */
+export function memoized(counter: TokenCounter): TokenCounter {
+  const seen = new Map<string, number>()
+  return {
+    encoding: counter.encoding,
+    count(text) {
+      let n = seen.get(text)
+      if (n === undefined) {
+        n = counter.count(text)
+        seen.set(text, n)
+      }
+      return n
+    }
+  }
+}
+
+/** Tokens one chat message takes in a request. */
+export function chatMessageTokens(counter: TokenCounter, message: ChatCompletionMessageParam): number {
+  let tokens = MESSAGE_OVERHEAD + counter.count(textOf(message.content))
+  if (message.role === 'assistant') {
+    for (const call of message.tool_calls ?? []) {
+      if (call.type === 'function') tokens += MESSAGE_OVERHEAD + counter.count(call.function.name) + counter.count(call.function.arguments)
+    }
+  }
+  return tokens
+}
+
+/** Tokens the tool definitions of a request take (sent as JSON Schema with every call). */
+export function toolDefinitionTokens(counter: TokenCounter, tools: ChatCompletionTool[]): number {
+  return tools.length === 0 ? 0 : counter.count(JSON.stringify(tools))
+}
+
+function textOf(content: unknown): string {
+  if (typeof content === 'string') return content
+  if (!Array.isArray(content)) return ''
+  return content.map((part: { type?: string; text?: string }) => (part.type === 'text' ? (part.text ?? '') : '')).join('')
+}

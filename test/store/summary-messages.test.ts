@@ -1,0 +1,39 @@
+import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
+import t from 'tap'
+import { sqliteMigrations } from '../../src/store/sqlite-migrations.ts'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import type { SessionRecord } from '../../src/store/store.ts'
+import { tempDir } from '../helpers/app.ts'
+
+const now = '2026-11-23T10:00:00.000Z'
+const session = (id: string): SessionRecord => ({
+  id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
+  approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+})
+
+t.test('a store written before summaries existed migrates, keeps its messages, and then stores summaries', async (t) => {
+  const file = join(tempDir(t), 'agentd.db')
+  const old = new DatabaseSync(file)
+  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)')
+  for (const migration of sqliteMigrations.filter((m) => m.version <= 2)) {
+    old.exec(migration.sql)
+    old.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(migration.version, migration.name, now)
+  }
+  old.prepare(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools, approval, limits, metadata)
+    VALUES ('ses_old', 't', ?, ?, 'idle', 'm', NULL, NULL, '{"mode":"auto"}', '{}', '{}')`).run(now, now)
+  old.prepare(`INSERT INTO messages (id, session_id, run_id, role, content, at_seq, created_at) VALUES ('msg_old', 'ses_old', NULL, 'user', 'hello', 0, ?)`).run(now)
+  old.close()
+
+  const store = new SqliteStore(file)
+  t.teardown(() => store.close())
+  await store.migrate()
+  t.same(await store.listMessages('ses_old'), [{ id: 'msg_old', sessionId: 'ses_old', runId: null, role: 'user', content: 'hello', createdAt: now }])
+
+  await store.commit([{ type: 'message', message: { id: 'msg_sum', sessionId: 'ses_old', runId: null, role: 'summary', content: 'they said hello', replacesMessages: 1, createdAt: now } }])
+  const [, summary] = await store.listMessages('ses_old')
+  t.same(summary, { id: 'msg_sum', sessionId: 'ses_old', runId: null, role: 'summary', content: 'they said hello', replacesMessages: 1, createdAt: now })
+
+  await store.forkSession('ses_old', session('ses_fork'), 0, { newMessageId: () => `msg_${Math.random().toString(36).slice(2)}`, sealedAnswer: () => 'sealed' })
+  t.match(await store.listMessages('ses_fork'), [{ role: 'user', content: 'hello' }, { role: 'summary', replacesMessages: 1 }], 'a fork copies what a summary stands for')
+})
