@@ -64,7 +64,14 @@ export const EnvSchema = Type.Object({
   AGENTD_MAX_SESSIONS_PER_TENANT: integer('an integer from 1 to 100000000', '100000'),
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: integer('an integer from 1 to 100000', '64'),
   AGENTD_MAX_STREAMS_PER_KEY: integer('an integer from 1 to 100000', '64'),
-  AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000')
+  AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000'),
+  // OpenTelemetry's own variables: agentd reads these to decide whether to start the SDK and where it sends.
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s):// OTLP/HTTP base URL (…:4318)' })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
+    Type.String({ pattern: '^https?://', description: 'an http(s):// OTLP/HTTP traces URL (…:4318/v1/traces)' })
+  ),
+  OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'agentd', description: 'a service name' }),
+  OTEL_SDK_DISABLED: boolean('true or false', 'false')
 })
 export type Env = Static<typeof EnvSchema>
 
@@ -104,6 +111,8 @@ export interface Config {
   limits: { sessionsPerTenant: number; activeRunsPerTenant: number; streamsPerKey: number }
   /** Bytes of one tool result the model gets; longer results are cut with a note. */
   toolMaxOutputBytes: number
+  /** OpenTelemetry traces: the OTLP/HTTP traces URL (null = tracing off) and the service name. */
+  tracing: { endpoint: string | null; serviceName: string }
 }
 
 /** One bad variable: what it is called, what was wrong, what form it must take. */
@@ -141,6 +150,14 @@ function describe(name: string, value: unknown, expected: string): string {
 }
 
 const list = (text: string): string[] => text.split(',').map((item) => item.trim()).filter(Boolean)
+
+/** The OTLP traces URL from the standard variables: the signal-specific one as given, else the base one + /v1/traces. */
+function tracesEndpoint(env: Env): string | null {
+  if (env.OTEL_SDK_DISABLED === 'true' || env.OTEL_SDK_DISABLED === '1') return null
+  if (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+  if (env.OTEL_EXPORTER_OTLP_ENDPOINT) return `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`
+  return null
+}
 
 /** Reads and validates the environment; throws ConfigError listing every problem at once. */
 export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Config> {
@@ -217,6 +234,10 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
       activeRunsPerTenant: Number(env.AGENTD_MAX_ACTIVE_RUNS_PER_TENANT),
       streamsPerKey: Number(env.AGENTD_MAX_STREAMS_PER_KEY)
     },
-    toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES)
+    toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES),
+    tracing: {
+      endpoint: tracesEndpoint(env),
+      serviceName: env.OTEL_SERVICE_NAME
+    }
   })
 }

@@ -7,6 +7,7 @@ import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schem
 import type {
   EventChannel, EventRecord, MessageRecord, MessageToolCall, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, ToolCallRecord
 } from '../store/store.ts'
+import { NO_RUN_TRACE, type RunTrace } from '../telemetry/tracing.ts'
 import { classified, classifyException, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound, validationFailure } from './classify.ts'
 import { toChatMessages } from './conversation.ts'
 import { retryDelayMs, shouldRetry, sleep, type RetryPolicy } from './retry.ts'
@@ -35,6 +36,8 @@ export interface RunDependencies {
   logger: Logger
   /** Server upper bounds; the session's limits may lower them. */
   maxSteps: number
+  /** This run's span, under which model and tool calls get theirs; none for a recovered run. */
+  trace?: RunTrace
 }
 
 /** What the run manager gives one run: its tools and how to wait for people and clients. */
@@ -74,6 +77,7 @@ export class RunExecution {
   readonly #hooks: RunHooks
   readonly #signal: AbortSignal
   readonly #log: Logger
+  readonly #trace: RunTrace
   #steps = 0
   #usage: Usage = emptyUsage()
 
@@ -84,6 +88,7 @@ export class RunExecution {
     this.#hooks = hooks
     this.#signal = signal
     this.#log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
+    this.#trace = deps.trace ?? NO_RUN_TRACE
   }
 
   /** An execution that only ends a run left over by a previous process (see abandonAfterRestart). */
@@ -219,13 +224,14 @@ export class RunExecution {
       const toolCalls: Array<{ name: string; arguments: string }> = []
       let usage: Usage | null = null
       let firstTokenSeen = false
+      const span = this.#trace.startModelCall(this.#session.model, attempt + 1)
       try {
         const request = {
           model: this.#session.model,
           messages,
           ...(this.#hooks.tools.definitions.length > 0 ? { tools: this.#hooks.tools.definitions } : {})
         }
-        for await (const part of model.stream(request, { signal: this.#signal, requestId: this.run.requestId })) {
+        for await (const part of model.stream(request, { signal: this.#signal, requestId: this.run.requestId, traceparent: span.traceparent })) {
           firstTokenSeen = true
           if (part.type === 'text') {
             if (reasoning.started && !reasoning.ended) await this.#endThinking(step, reasoning)
@@ -244,12 +250,15 @@ export class RunExecution {
             usage = part.usage
           }
         }
+        span.end({ usage })
         await this.#closeBlocks(step, text, reasoning)
         return { text: text.value, toolCalls, usage }
       } catch (err) {
-        if (this.#signal.aborted) throw err
         const error = err instanceof ModelError ? err : classifyModelError(err)
-        if (!firstTokenSeen && shouldRetry(error, attempt, retryPolicy)) {
+        const retrying = !this.#signal.aborted && !firstTokenSeen && shouldRetry(error, attempt, retryPolicy)
+        span.end({ error: error.classified, retrying })
+        if (this.#signal.aborted) throw err
+        if (retrying) {
           const delayMs = retryDelayMs(retryPolicy, attempt, error.retryAfterMs)
           this.#log.warn({ code: error.classified.code, status: error.status, attempt: attempt + 1, delayMs }, 'model call failed, retrying')
           await this.emit('monitor', 'model_retry', { attempt: attempt + 1, delayMs, code: error.classified.code, status: error.status })
@@ -283,6 +292,7 @@ export class RunExecution {
   async #runToolCall(step: number, call: MessageToolCall): Promise<MessageRecord> {
     const { store } = this.#deps
     const startedAt = Date.now()
+    const span = this.#trace.startToolCall(call.name, call.id)
     const parsed = parseArguments(call.arguments)
     const record: ToolCallRecord = {
       id: call.id, sessionId: this.#session.id, runId: this.run.id, step, name: call.name,
@@ -313,11 +323,13 @@ export class RunExecution {
       }
     } catch (err) {
       if (this.#signal.aborted) {
+        span.end({ ok: false, error: toolInterrupted(call.name) })
         await this.#sealCall(record, toolInterrupted(call.name), startedAt)
         throw err
       }
       outcome = { ok: false, error: classifyException(err, 'tool') }
     }
+    span.end(outcome)
     if (this.#signal.aborted && !outcome.ok && outcome.error.errorType === 'aborted') {
       await this.#sealCall(record, outcome.error, startedAt)
       throw new Error('interrupted')

@@ -2,6 +2,7 @@ import type { Logger } from 'pino'
 import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
 import type { ModelProvider } from '../model/types.ts'
+import type { TraceParent, Tracing } from '../telemetry/tracing.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
@@ -20,6 +21,8 @@ export interface RunManagerOptions {
   maxSteps: number
   /** Runs (queued or executing) one tenant may have at once. */
   maxActiveRunsPerTenant: number
+  /** Spans per run, model call and tool call (NO_TRACING when off). */
+  tracing: Tracing
   /** The tools of a session, resolved from its stored selection. */
   resolveTools(session: SessionRecord): Promise<SessionToolSet>
   /** Builds the executor of server-side tools for one session. */
@@ -41,6 +44,8 @@ interface LiveRun {
   settle(run: RunRecord): void
   approval: Waiter<ApprovalDecision> | null
   toolResult: Waiter<ClientToolResult> | null
+  /** The trace of the request that submitted it: the run's span continues it after the 202. */
+  traceParent: TraceParent | undefined
 }
 
 interface SessionRuns {
@@ -69,7 +74,7 @@ export class RunManager {
   }
 
   /** Stores a user message as a new run and starts it (or queues it, per onBusy). */
-  async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string }): Promise<{ message: MessageRecord; run: RunRecord }> {
+  async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string; traceParent?: TraceParent | undefined }): Promise<{ message: MessageRecord; run: RunRecord }> {
     const { session } = input
     const runs = this.#runsOf(session.id)
     const busy = runs.active !== null || runs.queue.length > 0 || runs.reserved > 0
@@ -104,7 +109,7 @@ export class RunManager {
       throw err
     }
     runs.reserved--
-    const live = this.#track(session, record)
+    const live = this.#track(session, record, input.traceParent)
     if (busy && input.onBusy === 'interrupt') {
       runs.queue.unshift(live)
       if (runs.active) runs.active.controller.abort()
@@ -213,10 +218,10 @@ export class RunManager {
     return runs
   }
 
-  #track(session: SessionRecord, record: RunRecord): LiveRun {
+  #track(session: SessionRecord, record: RunRecord, traceParent?: TraceParent): LiveRun {
     let settle: (run: RunRecord) => void = () => {}
     const finished = new Promise<RunRecord>((resolve) => (settle = resolve))
-    const live: LiveRun = { record, session, controller: new AbortController(), finished, settle, approval: null, toolResult: null }
+    const live: LiveRun = { record, session, controller: new AbortController(), finished, settle, approval: null, toolResult: null, traceParent }
     this.#byId.set(record.id, live)
     return live
   }
@@ -260,21 +265,23 @@ export class RunManager {
     const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
     const signal = live.controller.signal
     let run: RunRecord = live.record
+    const trace = this.#options.tracing.startRun(live.record, live.session, live.traceParent)
     try {
       const session = (await store.getSession(live.session.tenant, live.session.id)) ?? live.session
       const tools = await this.#options.resolveTools(session)
       const executeTool = await this.#options.toolExecutor(session, tools, live.record.requestId)
-      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps }, {
+      const execution = new RunExecution(session, live.record, { store, events, model, retryPolicy, logger, maxSteps, trace }, {
         tools,
         executeTool,
         waitForApproval: (call, s) => this.#wait(live, 'approval', call, s),
         waitForToolResult: (call, s) => this.#wait(live, 'toolResult', call, s)
       }, signal)
-      run = await execution.execute()
+      run = await trace.within(() => execution.execute())
     } catch (err) {
       logger.error({ err, runId: live.record.id }, 'run could not start')
       run = { ...live.record, status: 'failed', endedAt: new Date().toISOString() }
     } finally {
+      trace.end(run)
       live.settle({ ...run })
     }
   }
