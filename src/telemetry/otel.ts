@@ -28,8 +28,6 @@ export const ATTR_AGENTD_ERROR_TYPE = 'agentd.error.type'
 export const ATTR_AGENTD_ATTEMPT = 'agentd.model.attempt'
 export const ATTR_AGENTD_RETRYING = 'agentd.model.retrying'
 
-const noFields = Object.freeze({}) as Record<string, string>
-
 /** The tracing of one app over the official SDK: OTLP/HTTP (JSON) export in batches, W3C trace context. */
 export function startOtelTracing(options: TracingOptions & { endpoint: string }): Tracing {
   // Log lines find the active span through this; registering it twice (several apps in one process) is harmless.
@@ -81,7 +79,8 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
     },
     logFields() {
       const span = trace.getSpan(context.active())
-      if (!span) return noFields
+      // pino merges the line into this object, so it must be a fresh one.
+      if (!span) return {}
       const { traceId, spanId } = span.spanContext()
       return { traceId, spanId }
     },

@@ -40,7 +40,7 @@ export interface Tracing {
   readonly enabled: boolean
   startRequest(headers: Record<string, string | string[] | undefined>, request: { method: string; path: string; requestId: string }): RequestTrace
   startRun(run: RunRecord, session: SessionRecord, parent: TraceParent | undefined): RunTrace
-  /** A pino mixin: the trace and span IDs of the active span, if any. */
+  /** A pino mixin: the trace and span IDs of the active span, if any (a new object each call: pino writes into it). */
   logFields(): Record<string, string>
   /** Sends what is buffered and stops, within a bounded time; an exporter that hangs or fails is given up on. */
   shutdown(): Promise<void>
@@ -67,14 +67,13 @@ export const NO_RUN_TRACE: RunTrace = {
   end() {}
 }
 const noopRequest: RequestTrace = { parent: undefined, traceId: undefined, end() {} }
-const noFields = Object.freeze({}) as Record<string, string>
 
 /** Tracing switched off: no SDK, no exporter, no context manager. */
 export const NO_TRACING: Tracing = {
   enabled: false,
   startRequest: () => noopRequest,
   startRun: () => NO_RUN_TRACE,
-  logFields: () => noFields,
+  logFields: () => ({}),
   shutdown: async () => {}
 }
 
