@@ -77,7 +77,7 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
       }, parent ?? ROOT_CONTEXT)
       return new SpanRunTrace(tracer, propagator, span, run.requestId)
     },
-    logFields() {
+    logFields(): Record<string, string> {
       const span = trace.getSpan(context.active())
       // pino merges the line into this object, so it must be a fresh one.
       if (!span) return {}
