@@ -19,6 +19,8 @@ export interface OtlpReceiver {
   /** Base URL, as OTEL_EXPORTER_OTLP_ENDPOINT takes it. */
   readonly url: string
   readonly spans: ReceivedSpan[]
+  /** Export requests that arrived, answered or not. */
+  readonly exports: number
   close(): Promise<void>
 }
 
@@ -31,10 +33,19 @@ const plain = (value: AnyValue): string | number | boolean =>
 const flatten = (list: KeyValue[] = []): Record<string, string | number | boolean> =>
   Object.fromEntries(list.map(({ key, value }) => [key, plain(value)]))
 
-/** A plain OTLP/HTTP trace receiver on loopback: it decodes JSON exports posted to /v1/traces. */
-export async function startOtlpReceiver(): Promise<OtlpReceiver> {
+/**
+ * A plain OTLP/HTTP trace receiver on loopback: it decodes JSON exports posted to /v1/traces.
+ * With `hang`, it reads each export and never answers (a backend that stalls).
+ */
+export async function startOtlpReceiver(options: { hang?: boolean } = {}): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = []
+  let exports = 0
   const server = createServer((req, res) => {
+    exports++
+    if (options.hang) {
+      req.resume()
+      return
+    }
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('end', () => {
@@ -71,6 +82,12 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   return {
     url: `http://127.0.0.1:${port}`,
     spans,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve()))
+    get exports() {
+      return exports
+    },
+    close: () => new Promise<void>((resolve) => {
+      server.close(() => resolve())
+      server.closeAllConnections()
+    })
   }
 }

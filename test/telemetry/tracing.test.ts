@@ -1,7 +1,8 @@
 import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
-import { buildTestApp } from '../helpers/app.ts'
+import { buildTestApp, listen } from '../helpers/app.ts'
 import { startOtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.ts'
+import { readSse } from '../helpers/sse.ts'
 
 const CLIENT_TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736'
 const CLIENT_SPAN_ID = '00f067aa0ba902b7'
@@ -123,6 +124,46 @@ t.test('with the receiver down, runs are unaffected and the failed export is log
   t.equal(warnings.length, 1, 'the failure is logged, once')
 })
 
+t.test('a streamed message is traced too: its request span ends with the stream', async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const res = await readSse(`${base}/v1/sessions/${session.id}/messages`, {
+    method: 'POST', body: { content: 'hi' }, headers: { traceparent: CLIENT_TRACEPARENT }
+  })
+  t.equal(res.status, 200)
+  t.equal(res.events.at(-1)?.type, 'done')
+  await app.close()
+
+  const [request] = byName(receiver.spans, 'POST /v1/sessions/:id/messages')
+  const [agent] = byName(receiver.spans, 'invoke_agent')
+  t.equal(request?.traceId, CLIENT_TRACE_ID)
+  t.equal(request?.attributes['http.response.status_code'], 200)
+  t.equal(agent?.parentSpanId, request?.spanId)
+})
+
+t.test('a backend that never answers delays neither runs nor /healthz, and closing stays bounded', async (t) => {
+  const receiver = await startOtlpReceiver({ hang: true })
+  t.teardown(() => receiver.close())
+  const { app } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  // A full batch (512 spans) is sent at once, so this export is in flight, unanswered, while the runs go on.
+  for (let i = 0; i < 520; i++) await app.inject({ method: 'GET', url: '/healthz' })
+  await waitFor(() => receiver.exports > 0)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  for (let i = 0; i < 3; i++) {
+    const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: `hi ${i}` } })
+    t.equal(res.json().run.status, 'completed')
+  }
+  const before = performance.now()
+  t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+  t.ok(performance.now() - before < 100, '/healthz answers at once')
+  const started = Date.now()
+  await app.close()
+  t.ok(Date.now() - started < 4000, `closed in ${Date.now() - started} ms: the flush is given up after 3 s`)
+})
+
 t.test('without an OTLP endpoint there is no tracing: no traceparent upstream, no trace IDs in logs', async (t) => {
   const logLines: string[] = []
   const { app, devModel } = await buildTestApp(t, { logLines })
@@ -148,3 +189,11 @@ t.test('the endpoints come from the standard OpenTelemetry variables', async (t)
   t.equal(loadConfig(base).tracing.serviceName, 'agentd')
   t.throws(() => loadConfig({ ...base, OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }), /OTEL_EXPORTER_OTLP_ENDPOINT="collector:4318" is invalid: expected an http\(s\):\/\/ OTLP\/HTTP base URL/)
 })
+
+async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time')
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
