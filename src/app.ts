@@ -235,9 +235,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }
   } satisfies Services)
   // Without a drain first (tests, embedders): runs are interrupted at once.
-  app.addHook('onClose', async () => app.agentd.drain(0))
-  // After the drain, so the spans of the runs it ended are sent too.
-  app.addHook('onClose', async () => tracing.shutdown())
+  // Then the spans, the drained runs' included, are sent (within a bounded time).
+  app.addHook('onClose', async () => {
+    await app.agentd.drain(0)
+    await tracing.shutdown()
+  })
 
   for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
 

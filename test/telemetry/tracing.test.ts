@@ -144,6 +144,24 @@ t.test('a streamed message is traced too: its request span ends with the stream'
   t.equal(agent?.parentSpanId, request?.spanId)
 })
 
+t.test('closing the app interrupts a run and still sends its spans', async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app, devModel } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ hang: true })
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'hi' } })
+  t.equal(res.statusCode, 202)
+  await waitFor(() => devModel.requests.length === 1)
+  await app.close()
+
+  const [agent] = byName(receiver.spans, 'invoke_agent')
+  t.equal(agent?.attributes['agentd.run.status'], 'cancelled', 'the run span is sent after the drain ended the run')
+  const [chat] = byName(receiver.spans, 'chat gpt-4o-mini')
+  t.equal(chat?.parentSpanId, agent?.spanId)
+  t.equal(chat?.attributes['agentd.model.retrying'], false, 'an interrupted call is not retried')
+})
+
 t.test('a backend that never answers delays neither runs nor /healthz, and closing stays bounded', async (t) => {
   const receiver = await startOtlpReceiver({ hang: true })
   t.teardown(() => receiver.close())
