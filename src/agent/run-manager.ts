@@ -2,7 +2,7 @@ import type { Logger } from 'pino'
 import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
 import type { ModelProvider } from '../model/types.ts'
-import type { TraceParent, Tracing } from '../telemetry/tracing.ts'
+import type { Tracing } from '../telemetry/tracing.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store, ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
@@ -44,8 +44,8 @@ interface LiveRun {
   settle(run: RunRecord): void
   approval: Waiter<ApprovalDecision> | null
   toolResult: Waiter<ClientToolResult> | null
-  /** The trace of the request that submitted it: the run's span continues it after the 202. */
-  traceParent: TraceParent | undefined
+  /** The W3C traceparent of the request that submitted it: the run's span continues it after the 202. */
+  traceparent: string | undefined
 }
 
 interface SessionRuns {
@@ -74,7 +74,7 @@ export class RunManager {
   }
 
   /** Stores a user message as a new run and starts it (or queues it, per onBusy). */
-  async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string; traceParent?: TraceParent | undefined }): Promise<{ message: MessageRecord; run: RunRecord }> {
+  async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string; traceparent?: string | undefined }): Promise<{ message: MessageRecord; run: RunRecord }> {
     const { session } = input
     const runs = this.#runsOf(session.id)
     const busy = runs.active !== null || runs.queue.length > 0 || runs.reserved > 0
@@ -109,7 +109,7 @@ export class RunManager {
       throw err
     }
     runs.reserved--
-    const live = this.#track(session, record, input.traceParent)
+    const live = this.#track(session, record, input.traceparent)
     if (busy && input.onBusy === 'interrupt') {
       runs.queue.unshift(live)
       if (runs.active) runs.active.controller.abort()
@@ -218,10 +218,10 @@ export class RunManager {
     return runs
   }
 
-  #track(session: SessionRecord, record: RunRecord, traceParent?: TraceParent): LiveRun {
+  #track(session: SessionRecord, record: RunRecord, traceparent?: string): LiveRun {
     let settle: (run: RunRecord) => void = () => {}
     const finished = new Promise<RunRecord>((resolve) => (settle = resolve))
-    const live: LiveRun = { record, session, controller: new AbortController(), finished, settle, approval: null, toolResult: null, traceParent }
+    const live: LiveRun = { record, session, controller: new AbortController(), finished, settle, approval: null, toolResult: null, traceparent }
     this.#byId.set(record.id, live)
     return live
   }
@@ -265,7 +265,7 @@ export class RunManager {
     const { store, events, model, logger, retryPolicy, maxSteps } = this.#options
     const signal = live.controller.signal
     let run: RunRecord = live.record
-    const trace = this.#options.tracing.startRun(live.record, live.session, live.traceParent)
+    const trace = this.#options.tracing.startRun(live.record, live.session, live.traceparent)
     try {
       const session = (await store.getSession(live.session.tenant, live.session.id)) ?? live.session
       const tools = await this.#options.resolveTools(session)

@@ -1,11 +1,11 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { TraceParent, Tracing } from '../telemetry/tracing.ts'
+import type { Tracing } from '../telemetry/tracing.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The trace context of this request's span (continuing the caller's `traceparent`); undefined when tracing is off. */
-    traceParent: TraceParent | undefined
+    /** The W3C traceparent of this request's span (a child of the caller's, if sent); undefined when tracing is off. */
+    traceparent: string | undefined
   }
 }
 
@@ -16,12 +16,12 @@ declare module 'fastify' {
 export const tracingPlugin = fp(
   async (app: FastifyInstance, options: { tracing: Tracing }) => {
     const { tracing } = options
-    app.decorateRequest('traceParent', undefined)
+    app.decorateRequest('traceparent', undefined)
     if (!tracing.enabled) return
 
     app.addHook('onRequest', async (request: FastifyRequest, reply) => {
       const span = tracing.startRequest(request.headers, { method: request.method, path: request.url.split('?')[0] ?? '', requestId: request.id })
-      request.traceParent = span.parent
+      request.traceparent = span.traceparent
       request.log = request.log.child({ traceId: span.traceId })
       reply.log = request.log
       reply.raw.once('close', () => span.end({ route: request.routeOptions.url, statusCode: reply.raw.statusCode }))

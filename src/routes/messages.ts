@@ -38,7 +38,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     if (streaming) app.agentd.assertStreamCapacity(request)
     const { message, run } = await runs.submit({
       session, content: request.body.content, onBusy: request.body.onBusy ?? 'reject', requestId: request.id,
-      traceParent: request.traceParent
+      traceparent: request.traceparent
     })
     request.log.info({ sessionId: session.id, runId: run.id }, 'run submitted')
     if (streaming) {

@@ -28,6 +28,9 @@ export const ATTR_AGENTD_ERROR_TYPE = 'agentd.error.type'
 export const ATTR_AGENTD_ATTEMPT = 'agentd.model.attempt'
 export const ATTR_AGENTD_RETRYING = 'agentd.model.retrying'
 
+/** Reads the caller's `traceparent` and writes the one sent upstream. */
+const propagator = new W3CTraceContextPropagator()
+
 /** The tracing of one app over the official SDK: OTLP/HTTP (JSON) export in batches, W3C trace context. */
 export function startOtelTracing(options: TracingOptions & { endpoint: string }): Tracing {
   // Log lines find the active span through this; registering it twice (several apps in one process) is harmless.
@@ -38,7 +41,6 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
     spanProcessors: [new BatchSpanProcessor({ exporter })]
   })
   const tracer = provider.getTracer('agentd', options.serviceVersion)
-  const propagator = new W3CTraceContextPropagator()
   const shutdownTimeoutMs = options.shutdownTimeoutMs ?? 3000
 
   return {
@@ -49,21 +51,19 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
         kind: SpanKind.SERVER,
         attributes: { [ATTR_HTTP_REQUEST_METHOD]: request.method, [ATTR_URL_PATH]: request.path, [ATTR_AGENTD_REQUEST_ID]: request.requestId }
       }, parent)
-      let ended = false
       return {
-        parent: trace.setSpan(parent, span),
+        traceparent: traceparentOf(span),
         traceId: span.spanContext().traceId,
-        end({ route, statusCode }) {
-          if (ended) return
-          ended = true
+        end: once(({ route, statusCode }) => {
           if (route) span.updateName(`${request.method} ${route}`).setAttribute(ATTR_HTTP_ROUTE, route)
           span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode)
           if (statusCode >= 500) span.setAttribute(ATTR_ERROR_TYPE, String(statusCode)).setStatus({ code: SpanStatusCode.ERROR })
           span.end()
-        }
+        })
       }
     },
-    startRun(run, session, parent) {
+    startRun(run, session, traceparent) {
+      const parent = traceparent ? propagator.extract(ROOT_CONTEXT, { traceparent }, defaultTextMapGetter) : ROOT_CONTEXT
       const span = tracer.startSpan('invoke_agent', {
         kind: SpanKind.INTERNAL,
         attributes: {
@@ -74,8 +74,8 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
           [ATTR_AGENTD_RUN_ID]: run.id,
           [ATTR_AGENTD_REQUEST_ID]: run.requestId
         }
-      }, parent ?? ROOT_CONTEXT)
-      return new SpanRunTrace(tracer, propagator, span, run.requestId)
+      }, parent)
+      return new SpanRunTrace(tracer, span, run.requestId)
     },
     logFields(): Record<string, string> {
       const span = trace.getSpan(context.active())
@@ -98,14 +98,12 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
 
 class SpanRunTrace implements RunTrace {
   readonly #tracer: Tracer
-  readonly #propagator: W3CTraceContextPropagator
   readonly #span: Span
   readonly #context: Context
   readonly #requestId: string
 
-  constructor(tracer: Tracer, propagator: W3CTraceContextPropagator, span: Span, requestId: string) {
+  constructor(tracer: Tracer, span: Span, requestId: string) {
     this.#tracer = tracer
-    this.#propagator = propagator
     this.#span = span
     this.#context = trace.setSpan(ROOT_CONTEXT, span)
     this.#requestId = requestId
@@ -126,10 +124,8 @@ class SpanRunTrace implements RunTrace {
         [ATTR_AGENTD_REQUEST_ID]: this.#requestId
       }
     }, this.#context)
-    const carrier: Record<string, string> = {}
-    this.#propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, defaultTextMapSetter)
     return {
-      traceparent: carrier.traceparent,
+      traceparent: traceparentOf(span),
       end: once((outcome) => {
         if ('error' in outcome) {
           setError(span, outcome.error)
@@ -173,6 +169,13 @@ class SpanRunTrace implements RunTrace {
     if (run.error) setError(this.#span, run.error)
     this.#span.end()
   }
+}
+
+/** The W3C traceparent header value that makes a callee's span a child of this one. */
+function traceparentOf(span: Span): string | undefined {
+  const carrier: Record<string, string> = {}
+  propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, defaultTextMapSetter)
+  return carrier.traceparent
 }
 
 /** error.type is the classified code (what a dashboard groups by); the errorType sits beside it. */

@@ -1,14 +1,13 @@
-import type { Context } from '@opentelemetry/api'
 import type { ClassifiedError, Usage } from '../schemas/common.ts'
 import type { RunRecord, SessionRecord } from '../store/store.ts'
 
-/** The trace context a run carries from the request that created it; opaque outside this folder. */
-export type TraceParent = Context
-
 /** A span per HTTP request. */
 export interface RequestTrace {
-  /** What a run started by this request continues; undefined when tracing is off. */
-  readonly parent: TraceParent | undefined
+  /**
+   * The W3C `traceparent` of this request's span, which a run it starts continues; a string, so it
+   * can travel with the run wherever it executes. Undefined when tracing is off.
+   */
+  readonly traceparent: string | undefined
   /** The trace ID for the request's log lines; undefined when tracing is off. */
   readonly traceId: string | undefined
   end(outcome: { route: string | undefined; statusCode: number }): void
@@ -39,7 +38,7 @@ export interface RunTrace {
 export interface Tracing {
   readonly enabled: boolean
   startRequest(headers: Record<string, string | string[] | undefined>, request: { method: string; path: string; requestId: string }): RequestTrace
-  startRun(run: RunRecord, session: SessionRecord, parent: TraceParent | undefined): RunTrace
+  startRun(run: RunRecord, session: SessionRecord, traceparent: string | undefined): RunTrace
   /** A pino mixin: the trace and span IDs of the active span, if any (a new object each call: pino writes into it). */
   logFields(): Record<string, string>
   /** Sends what is buffered and stops, within a bounded time; an exporter that hangs or fails is given up on. */
@@ -66,7 +65,7 @@ export const NO_RUN_TRACE: RunTrace = {
   startToolCall: () => noopToolCall,
   end() {}
 }
-const noopRequest: RequestTrace = { parent: undefined, traceId: undefined, end() {} }
+const noopRequest: RequestTrace = { traceparent: undefined, traceId: undefined, end() {} }
 
 /** Tracing switched off: no SDK, no exporter, no context manager. */
 export const NO_TRACING: Tracing = {
