@@ -20,6 +20,7 @@ import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
+import { tracingPlugin } from './http/tracing.ts'
 import type { ModelProvider } from './model/types.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -35,6 +36,7 @@ import { ToolCallSchema } from './schemas/tool-calls.ts'
 import { openStore } from './store/index.ts'
 import { observeStore } from './store/observed.ts'
 import type { Store } from './store/store.ts'
+import { createTracing } from './telemetry/tracing.ts'
 import { ToolCatalog, type ToolCatalogOptions } from './tools/catalog.ts'
 import { version } from './version.ts'
 
@@ -100,10 +102,10 @@ export const REDACT_PATHS = [
   'OPENAI_API_KEY'
 ]
 
-/** Every pino logger the app builds redacts secrets, in production and in tests alike. */
-function withRedaction(logger: FastifyServerOptions['logger']): FastifyServerOptions['logger'] {
+/** Every pino logger the app builds redacts secrets, in production and in tests alike; with tracing, lines carry the trace ID. */
+function withRedaction(logger: FastifyServerOptions['logger'], mixin?: () => object): FastifyServerOptions['logger'] {
   if (!logger || typeof logger !== 'object') return logger
-  return { ...logger, redact: { paths: REDACT_PATHS, censor: '[redacted]' } }
+  return { ...logger, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, ...(mixin ? { mixin } : {}) }
 }
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
@@ -136,8 +138,13 @@ function buildValidators(externalSchemas: ExternalSchemas, options?: { customOpt
 /** Builds the whole service as a Fastify instance that is ready but not listening. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { config } = options
+  const tracing = await createTracing({
+    ...config.tracing,
+    serviceVersion: version,
+    onExportFailure: (err, failedExports) => app.log.warn({ err, failedExports }, 'trace export failed; runs go on without it')
+  })
   const app = Fastify({
-    logger: withRedaction(options.logger ?? { level: config.logLevel }),
+    logger: withRedaction(options.logger ?? { level: config.logLevel }, tracing.enabled ? () => tracing.logFields() : undefined),
     genReqId: requestIdFor,
     bodyLimit: config.bodyLimit,
     return503OnClosing: false,
@@ -181,6 +188,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     contextTokens: config.contextTokens,
     maxActiveRunsPerTenant: config.limits.activeRunsPerTenant,
     hooks,
+    tracing,
     resolveTools: (session) => tools.resolve(session),
     toolExecutor: (session, sessionTools, requestId) =>
       tools.executor(session, sessionTools, log.child({ reqId: requestId, sessionId: session.id }))
@@ -203,11 +211,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     }
   } satisfies Services)
   // Without a drain first (tests, embedders): runs are interrupted at once.
-  app.addHook('onClose', async () => app.agentd.drain(0))
+  // Then the spans, the drained runs' included, are sent (within a bounded time).
+  app.addHook('onClose', async () => {
+    await app.agentd.drain(0)
+    await tracing.shutdown()
+  })
 
   for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema, ToolCallSchema]) app.addSchema(schema)
 
   await app.register(requestIdPlugin)
+  await app.register(tracingPlugin, { tracing })
   await app.register(errorEnvelopePlugin)
   await app.register(strictQueryPlugin)
   await app.register(openApiPlugin, { version })

@@ -69,7 +69,14 @@ export const EnvSchema = Type.Object({
   AGENTD_MAX_STREAMS: integer('an integer from 1 to 1000000', '1000'),
   AGENTD_MAX_STREAM_BYTES: integer('an integer of bytes from 65536 to 17179869184', '67108864'),
   AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000'),
-  AGENTD_HOOKS_CONFIG: Type.Optional(Type.String({ minLength: 1, description: 'a path to a JSON hooks file {"hooks": [...]}' }))
+  AGENTD_HOOKS_CONFIG: Type.Optional(Type.String({ minLength: 1, description: 'a path to a JSON hooks file {"hooks": [...]}' })),
+  // OpenTelemetry's own variables: agentd reads these to decide whether to start the SDK and where it sends.
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s):// OTLP/HTTP base URL (…:4318)' })),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.Optional(
+    Type.String({ pattern: '^https?://', description: 'an http(s):// OTLP/HTTP traces URL (…:4318/v1/traces)' })
+  ),
+  OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'agentd', description: 'a service name' }),
+  OTEL_SDK_DISABLED: boolean('true or false', 'false')
 })
 export type Env = Static<typeof EnvSchema>
 
@@ -116,6 +123,8 @@ export interface Config {
   toolMaxOutputBytes: number
   /** The operator's hooks from AGENTD_HOOKS_CONFIG (SPEC 15); empty without it. */
   hooks: readonly HookDefinition[]
+  /** OpenTelemetry traces: the OTLP/HTTP traces URL (null = tracing off) and the service name. */
+  tracing: { endpoint: string | null; serviceName: string }
 }
 
 /** One bad variable: what it is called, what was wrong, what form it must take. */
@@ -156,6 +165,14 @@ function describe(name: string, value: unknown, expected: string): string {
 }
 
 const list = (text: string): string[] => text.split(',').map((item) => item.trim()).filter(Boolean)
+
+/** The OTLP traces URL from the standard variables: the signal-specific one as given, else the base one + /v1/traces. */
+function tracesEndpoint(env: Env): string | null {
+  if (env.OTEL_SDK_DISABLED === 'true' || env.OTEL_SDK_DISABLED === '1') return null
+  if (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+  if (env.OTEL_EXPORTER_OTLP_ENDPOINT) return `${env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`
+  return null
+}
 
 /** Reads and validates the environment; throws ConfigError listing every problem at once. */
 export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Config> {
@@ -245,6 +262,10 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
       streamBytes: Number(env.AGENTD_MAX_STREAM_BYTES)
     },
     toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES),
-    hooks: Object.freeze(hooks)
+    hooks: Object.freeze(hooks),
+    tracing: {
+      endpoint: tracesEndpoint(env),
+      serviceName: env.OTEL_SERVICE_NAME
+    }
   })
 }

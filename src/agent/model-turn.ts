@@ -40,13 +40,14 @@ export async function callModel(
     const toolCalls: Array<{ name: string; arguments: string }> = []
     let usage: Usage | null = null
     let firstTokenSeen = false
+    const span = ctx.trace.startModelCall(ctx.session.model, attempt + 1)
     try {
       const request = {
         model: ctx.session.model,
         messages,
         ...(tools.definitions.length > 0 ? { tools: tools.definitions } : {})
       }
-      for await (const part of model.stream(request, { signal: ctx.signal, requestId: ctx.run.requestId })) {
+      for await (const part of model.stream(request, { signal: ctx.signal, requestId: ctx.run.requestId, traceparent: span.traceparent })) {
         firstTokenSeen = true
         if (part.type === 'text') {
           if (reasoning.started && !reasoning.ended) await endThinking(ctx, step, reasoning)
@@ -65,12 +66,15 @@ export async function callModel(
           usage = part.usage
         }
       }
+      span.end({ usage })
       await closeBlocks(ctx, step, text, reasoning)
       return { text: text.value, toolCalls, usage }
     } catch (err) {
-      if (ctx.signal.aborted) throw err
       const error = err instanceof ModelError ? err : classifyModelError(err)
-      if (!firstTokenSeen && shouldRetry(error, attempt, retryPolicy)) {
+      const retrying = !ctx.signal.aborted && !firstTokenSeen && shouldRetry(error, attempt, retryPolicy)
+      span.end({ error: error.classified, retrying })
+      if (ctx.signal.aborted) throw err
+      if (retrying) {
         const delayMs = retryDelayMs(retryPolicy, attempt, error.retryAfterMs)
         // A provider that asks for longer than the run may wait fails the run now, retryable, with the delay.
         const refused = waitRefused(error, retryPolicy, waitedMs, delayMs)

@@ -4,6 +4,7 @@ import type { HookRunner } from '../hooks/hooks.ts'
 import type { ModelProvider } from '../model/types.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { EventChannel, EventRecord, RunRecord, RunStatus, SessionRecord, SessionStatus, Store, StoreWrite } from '../store/store.ts'
+import { NO_RUN_TRACE, type RunTrace } from '../telemetry/tracing.ts'
 import type { RetryPolicy } from './retry.ts'
 import { isFinal } from './wait-for-run.ts'
 
@@ -48,16 +49,19 @@ export class RunContext {
   readonly deps: RunDependencies
   readonly signal: AbortSignal
   readonly log: Logger
+  /** This run's span, under which model and tool calls get theirs (a no-op without tracing). */
+  readonly trace: RunTrace
   /** The step the run is in (1-based; 0 before the first model call). */
   step = 0
   /** The first failure of an event emitted without waiting (emitSoon); the next awaited commit throws it. */
   #unsentError: unknown = null
 
-  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal) {
+  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal, trace: RunTrace = NO_RUN_TRACE) {
     this.session = session
     this.run = run
     this.deps = deps
     this.signal = signal
+    this.trace = trace
     this.log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
   }
 

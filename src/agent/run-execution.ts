@@ -6,6 +6,7 @@ import { ContextWindow } from './context/context-window.ts'
 import { callModel } from './model-turn.ts'
 import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
+import type { RunTrace } from '../telemetry/tracing.ts'
 import { runToolCall, type ToolCallHooks } from './tool-call.ts'
 
 export type { RunDependencies } from './run-context.ts'
@@ -22,8 +23,8 @@ export class RunExecution {
   readonly #hooks: ToolCallHooks
   #usage: Usage = emptyUsage()
 
-  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, hooks: ToolCallHooks, signal: AbortSignal) {
-    this.#ctx = new RunContext(session, run, deps, signal)
+  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, hooks: ToolCallHooks, signal: AbortSignal, trace?: RunTrace) {
+    this.#ctx = new RunContext(session, run, deps, signal, trace)
     this.#hooks = hooks
   }
 

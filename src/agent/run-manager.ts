@@ -3,6 +3,7 @@ import { newId } from '../ids.ts'
 import type { EventLog } from '../events/event-log.ts'
 import type { HookRunner } from '../hooks/hooks.ts'
 import type { ModelProvider } from '../model/types.ts'
+import type { Tracing } from '../telemetry/tracing.ts'
 import { emptyUsage } from '../schemas/common.ts'
 import { isSessionGone, type MessageRecord, type RunRecord, type SessionRecord, type Store, type ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
@@ -32,6 +33,8 @@ export interface RunManagerOptions {
   toolExecutor(session: SessionRecord, tools: SessionToolSet, requestId: string): Promise<ExecuteTool>
   /** The operator's hooks: tool hooks inside each run, runEnd after it. */
   hooks?: HookRunner | undefined
+  /** Spans per run, model call and tool call (a no-op when tracing is off). */
+  tracing: Tracing
 }
 
 /** A call of a run waiting on a person (approval) or a client (tool result). */
@@ -57,6 +60,11 @@ interface Execution {
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #executions = new Map<string, Execution>()
+  /**
+   * The W3C traceparent of the request that submitted each run this process accepted, until the
+   * run starts: its span continues that trace after the 202. A run a peer accepted starts a trace of its own.
+   */
+  readonly #traceparents = new Map<string, string>()
   readonly #stopListening: () => void
 
   constructor(options: RunManagerOptions) {
@@ -70,7 +78,9 @@ export class RunManager {
   }
 
   /** Accepts a user message as a new run (per onBusy), which starts when its session is free. */
-  async submit(input: { session: SessionRecord; content: string; onBusy: OnBusy; requestId: string }): Promise<{ message: MessageRecord; run: RunRecord }> {
+  async submit(input: {
+    session: SessionRecord; content: string; onBusy: OnBusy; requestId: string; traceparent?: string | undefined
+  }): Promise<{ message: MessageRecord; run: RunRecord }> {
     const { session } = input
     const createdAt = new Date().toISOString()
     const message: MessageRecord = {
@@ -81,9 +91,11 @@ export class RunManager {
       error: null, messageId: message.id, input: input.content, createdAt, startedAt: null, endedAt: null
     }
     message.runId = record.id
+    if (input.traceparent) this.#traceparents.set(record.id, input.traceparent)
     const cancellation = await this.#options.coordinator.admit(session, { ...record }, input.onBusy, this.#options.maxActiveRunsPerTenant)
       .catch((err: unknown) => {
         // Deleted between the route's lookup and the run's insert: the session is gone, not broken.
+        this.#traceparents.delete(record.id)
         if (isSessionGone(err)) throw new AgentError('SESSION_NOT_FOUND', `No session ${session.id}`)
         throw err
       })
@@ -242,6 +254,8 @@ export class RunManager {
   async #execute(record: RunRecord, execution: Execution): Promise<{ run: RunRecord; tenant: string | null }> {
     const { store, logger } = this.#options
     const signal = execution.controller.signal
+    const traceparent = this.#traceparents.get(record.id)
+    this.#traceparents.delete(record.id)
     // Cancelled while it waited for its turn (a later message interrupted): it ends without starting.
     if (signal.aborted) return { run: await this.#endQueued(record), tenant: null }
     let tenant: string | null = null
@@ -250,8 +264,11 @@ export class RunManager {
       // Deleted while it was queued: nothing to run and nothing to record.
       if (!session) return { run: { ...record, status: 'cancelled', endedAt: new Date().toISOString() }, tenant: null }
       tenant = session.tenant
-      const tools = await this.#options.resolveTools(session)
-      const executeTool = await this.#options.toolExecutor(session, tools, record.requestId)
+      const trace = this.#options.tracing.startRun(record, session, traceparent)
+      const { tools, executeTool } = await this.#toolsOf(session, record).catch((err: unknown) => {
+        trace.end({ ...record, status: 'failed' })
+        throw err
+      })
       const run = new RunExecution(session, record, this.#dependencies(), {
         tools,
         executeTool,
@@ -263,12 +280,19 @@ export class RunManager {
           const answer = await this.#wait(execution, 'toolResult', call, s)
           return (answer as Extract<CallSignal, { kind: 'toolResult' }>).result
         }
-      }, signal)
-      return { run: await run.execute(), tenant }
+      }, signal, trace)
+      const ended = await trace.within(() => run.execute())
+      trace.end(ended)
+      return { run: ended, tenant }
     } catch (err) {
       logger.error({ err, runId: record.id }, 'run could not start')
       return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant }
     }
+  }
+
+  async #toolsOf(session: SessionRecord, record: RunRecord): Promise<{ tools: SessionToolSet; executeTool: ExecuteTool }> {
+    const tools = await this.#options.resolveTools(session)
+    return { tools, executeTool: await this.#options.toolExecutor(session, tools, record.requestId) }
   }
 
   #wait(execution: Execution, kind: CallSignal['kind'], call: ToolCallRecord, signal: AbortSignal): Promise<CallSignal> {

@@ -32,6 +32,7 @@ export class CallInterrupted extends Error {
  */
 export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall): Promise<MessageRecord> {
   const startedAt = Date.now()
+  const span = ctx.trace.startToolCall(call.name, call.id)
   const parsed = parseArguments(call.arguments)
   const record: ToolCallRecord = {
     id: call.id, sessionId: ctx.session.id, runId: ctx.run.id, step, name: call.name,
@@ -65,11 +66,13 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: n
     }
   } catch (err) {
     if (ctx.signal.aborted) {
+      span.end({ ok: false, error: toolInterrupted(call.name) })
       await sealCall(ctx, record, toolInterrupted(call.name), startedAt)
       throw err
     }
     outcome = { ok: false, error: classifyException(err, 'tool') }
   }
+  span.end(outcome)
   if (ctx.signal.aborted && !outcome.ok && outcome.error.errorType === 'aborted') {
     await sealCall(ctx, record, outcome.error, startedAt)
     throw new CallInterrupted()

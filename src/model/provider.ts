@@ -67,7 +67,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       let finishReason: string | null = null
       let usage: Usage | null = null
       try {
-        const chunks = await client.chat.completions.create(params, { signal, headers: { 'X-Request-Id': options.requestId } })
+        const headers = { 'X-Request-Id': options.requestId, ...(options.traceparent ? { traceparent: options.traceparent } : {}) }
+        const chunks = await client.chat.completions.create(params, { signal, headers })
         for await (const chunk of chunks) {
           if (chunk.usage) usage = toUsage(chunk.usage)
           const choice = chunk.choices[0]

@@ -13,6 +13,8 @@ export interface ModelCallOptions {
   signal: AbortSignal
   /** Sent upstream as X-Request-Id (SPEC 6). */
   requestId: string
+  /** The model call's W3C trace context, sent upstream beside X-Request-Id when tracing is on. */
+  traceparent?: string | undefined
 }
 
 /** What a streaming model call yields, already normalised from the provider's chunks. */

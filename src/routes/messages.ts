@@ -47,7 +47,8 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     // Refuse before the run exists: a 429 must not leave a run the client cannot watch.
     if (streaming) app.streams.assertCapacity(request.keyId)
     const { message, run } = await runs.submit({
-      session, content: request.body.content, onBusy: request.body.onBusy ?? 'reject', requestId: request.id
+      session, content: request.body.content, onBusy: request.body.onBusy ?? 'reject', requestId: request.id,
+      traceparent: request.traceparent
     })
     request.log.info({ sessionId: session.id, runId: run.id }, 'run submitted')
     if (streaming) {

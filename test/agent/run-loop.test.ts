@@ -9,6 +9,7 @@ import type { ModelProvider, ModelRequest, ModelStreamPart } from '../../src/mod
 import { emptyUsage } from '../../src/schemas/common.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { EventRecord, SessionRecord } from '../../src/store/store.ts'
+import { NO_TRACING } from '../../src/telemetry/tracing.ts'
 import type { SessionToolSet } from '../../src/tools/tool-set.ts'
 import type { TapTest } from '../helpers/app.ts'
 
@@ -58,7 +59,7 @@ async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord
   const model = scriptedModel(turns)
   const runs = new RunManager({
     store, events, coordinator, model, logger: pino({ level: 'silent' }),
-    retryPolicy: { baseMs: 1, capMs: 2, maxRetries: 2, maxWaitMs: 60_000 }, maxSteps: 5, maxActiveRunsPerTenant: 10, contextTokens: 100_000,
+    retryPolicy: { baseMs: 1, capMs: 2, maxRetries: 2, maxWaitMs: 60_000 }, maxSteps: 5, maxActiveRunsPerTenant: 10, contextTokens: 100_000, tracing: NO_TRACING,
     resolveTools: async () => echoTools,
     toolExecutor: async () => async (call) => ({ ok: true, result: { echoed: call.input } })
   })

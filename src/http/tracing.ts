@@ -1,0 +1,31 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Tracing } from '../telemetry/tracing.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The W3C traceparent of this request's span (a child of the caller's, if sent); undefined when tracing is off. */
+    traceparent: string | undefined
+  }
+}
+
+/**
+ * A server span per HTTP request, continuing an incoming W3C `traceparent`. The span ends when
+ * the response is closed, so hijacked SSE replies are covered too; request log lines get the trace ID.
+ */
+export const tracingPlugin = fp(
+  async (app: FastifyInstance, options: { tracing: Tracing }) => {
+    const { tracing } = options
+    app.decorateRequest('traceparent', undefined)
+    if (!tracing.enabled) return
+
+    app.addHook('onRequest', async (request: FastifyRequest, reply) => {
+      const span = tracing.startRequest(request.headers, { method: request.method, path: request.url.split('?')[0] ?? '', requestId: request.id })
+      request.traceparent = span.traceparent
+      request.log = request.log.child({ traceId: span.traceId })
+      reply.log = request.log
+      reply.raw.once('close', () => span.end({ route: request.routeOptions.url, statusCode: reply.raw.statusCode }))
+    })
+  },
+  { name: 'agentd-tracing' }
+)
