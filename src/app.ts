@@ -17,6 +17,7 @@ import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
 import type { ModelProvider } from './model/types.ts'
+import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
@@ -237,7 +238,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
   await app.register(authPlugin, {
     apiKeys: config.apiKeys,
-    openPaths: [...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
+    openPaths: [...CONSOLE_PATHS, ...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
   })
 
   await app.register(idempotencyPlugin, {
@@ -260,6 +261,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(messageRoutes)
   await app.register(eventRoutes)
   await app.register(toolRoutes)
+  await app.register(consoleRoutes)
 
   // Runs a previous process left unfinished are ended or queued again before any request.
   await runs.recover()
