@@ -36,7 +36,7 @@ async function send(page: Page, content: string): Promise<void> {
 }
 
 /** The seq of every event the page shows in its raw view, in order. */
-const shownSeqs = (page: Page) => page.$$eval('#raw li', (items) => items.map((item) => Number((item as HTMLElement).dataset.seq)))
+const shownSeqs = (page: Page) => page.$$eval('#raw li', (items) => items.map((item) => Number(item.getAttribute('data-seq'))))
 
 t.test('the console drives a session through tools, an approval, a client tool and a reload', async (t) => {
   const { app, devModel } = await buildTestApp(t)
@@ -137,7 +137,7 @@ t.test('the console drives a session through tools, an approval, a client tool a
     const target = page.locator('.item.done').first()
     const atSeq = Number(await target.getAttribute('data-seq'))
     await target.locator('button.fork').click()
-    await page.waitForFunction((old) => document.querySelector('#session-id code')?.textContent !== old, sessionId)
+    await page.locator('#session-id code', { hasNotText: sessionId }).waitFor()
     const forkId = (await page.textContent('#session-id code')) ?? ''
     const fork = (await app.inject({ method: 'GET', url: `/v1/sessions/${forkId}` })).json()
     t.equal(fork.lastSeq, atSeq, 'the fork holds the events up to the chosen one')
