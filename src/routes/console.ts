@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 
-/** The console's static files (public/console/), read once at start: no build step, no file access per request. */
+/** The console's static files (src/console/), read once at start: no build step, no file access per request. */
 const ASSETS = {
   'index.html': 'text/html; charset=utf-8',
   'app.js': 'text/javascript; charset=utf-8',
@@ -21,7 +21,7 @@ export const CONSOLE_PATHS = ['/console', '/console/*']
 
 /** GET /console: the browser console (SPEC 14), a static page that speaks only the public HTTP API. */
 export const consoleRoutes: FastifyPluginAsync = async (app) => {
-  const root = new URL('../../public/console/', import.meta.url)
+  const root = new URL('../console/', import.meta.url)
   for (const [name, type] of Object.entries(ASSETS)) {
     const body = readFileSync(new URL(name, root))
     const serve = async (_request: FastifyRequest, reply: FastifyReply) =>
