@@ -16,8 +16,10 @@ export const CONSOLE_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
   "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
-/** Paths the console is served from; they need no API key (the page asks for one and sends it on API calls). */
-export const CONSOLE_PATHS = ['/console', '/console/*']
+const pathsOf = (name: string) => (name === 'index.html' ? ['/console', '/console/'] : [`/console/${name}`])
+
+/** The console's paths, exactly: they need no API key (the page asks for one and sends it on API calls). */
+export const CONSOLE_PATHS = Object.keys(ASSETS).flatMap(pathsOf)
 
 /** GET /console: the browser console (SPEC 14), a static page that speaks only the public HTTP API. */
 export const consoleRoutes: FastifyPluginAsync = async (app) => {
@@ -26,7 +28,6 @@ export const consoleRoutes: FastifyPluginAsync = async (app) => {
     const body = readFileSync(new URL(name, root))
     const serve = async (_request: FastifyRequest, reply: FastifyReply) =>
       reply.header('content-security-policy', CONSOLE_CSP).header('cache-control', 'no-cache').type(type).send(body)
-    const paths = name === 'index.html' ? ['/console', '/console/'] : [`/console/${name}`]
-    for (const path of paths) app.get(path, { schema: { hide: true } }, serve)
+    for (const path of pathsOf(name)) app.get(path, { schema: { hide: true } }, serve)
   }
 }

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { until } from '../helpers/server-process.ts'
 
 /** Debian's chromium (.ci/run installs it when missing); playwright-core brings no browser of its own. */
 const CHROMIUM = process.env.AGENTD_CHROMIUM ?? '/usr/bin/chromium'
@@ -131,6 +132,21 @@ t.test('the console drives a session through tools, an approval, a client tool a
     t.match(await card.textContent(), /request req_/, 'with its request ID')
     await page.click('#interrupt')
     await page.locator('.item.done', { hasText: 'interrupted' }).waitFor()
+  })
+
+  t.test('a dropped stream reconnects with Last-Event-ID and misses nothing', async (t) => {
+    await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+    app.server.closeAllConnections()
+    await page.locator('#stream-status', { hasText: 'reconnecting' }).waitFor()
+    await app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages`, payload: { content: 'sent while the console was away' } })
+    await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+    await page.locator('.bubble.assistant', { hasText: 'You said: sent while the console was away' }).waitFor()
+    await page.locator('.item.run .bubble.user', { hasText: 'sent while the console was away' }).waitFor()
+    const lastSeq = await until(async () => {
+      const session = (await app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}` })).json()
+      return session.status === 'idle' && (await shownSeqs(page)).length === session.lastSeq ? session.lastSeq as number : null
+    }, 10_000, 'every event on the page')
+    t.same(await shownSeqs(page), Array.from({ length: lastSeq }, (_, i) => i + 1), 'every event once, in order')
   })
 
   t.test('forking at an event opens a new session with the history up to it', async (t) => {
