@@ -55,7 +55,8 @@ export interface ChatOptions {
   sessionId?: string
   /** Tools of a new session (names); omitted = the server's defaults. */
   tools?: string[]
-  approval?: 'auto' | 'always' | 'tools'
+  /** Approval of a new session: every call, none, or the named tools. */
+  approval?: { mode: 'auto' | 'always' } | { mode: 'tools'; tools: string[] }
   onBusy?: 'reject' | 'enqueue' | 'interrupt'
 }
 
@@ -78,7 +79,7 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
     else {
       const body: Record<string, unknown> = {}
       if (options.tools) body.tools = options.tools
-      if (options.approval) body.approval = options.approval === 'tools' ? { mode: 'tools', tools: options.tools ?? [] } : { mode: options.approval }
+      if (options.approval) body.approval = options.approval
       sessionId = (await client.request<{ id: string }>('POST', '/v1/sessions', body)).id
     }
   } catch (err) {

@@ -8,7 +8,8 @@ const USAGE = `Usage: agentd <command> [options]
 Commands:
   serve                          run the service (the same as npm start; configured by the environment)
   chat [--session <id>]          talk to an agent: each line is a message; answers stream, approvals ask y/n
-       [--tools a,b] [--approval auto|always|tools] [--on-busy reject|enqueue|interrupt]
+       [--tools a,b] [--approval auto|always] [--ask a,b] [--on-busy reject|enqueue|interrupt]
+                                 (a new session; --ask names the tools that need approval)
   sessions [ls] [--limit <n>]    list sessions, newest first
   sessions rm <id>...            delete sessions
   events <id> [--follow] [--json] [--after <seq>]
@@ -27,6 +28,7 @@ const OPTIONS = {
   session: { type: 'string' },
   tools: { type: 'string' },
   approval: { type: 'string' },
+  ask: { type: 'string' },
   'on-busy': { type: 'string' },
   limit: { type: 'string' },
   after: { type: 'string' },
@@ -38,8 +40,7 @@ const OPTIONS = {
 /** A mistake in the command line: printed as one line with a pointer to --help, exit 2. */
 class UsageError extends Error {}
 
-function oneOf<T extends string>(name: string, value: string | undefined, allowed: readonly T[]): T | undefined {
-  if (value === undefined) return undefined
+function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
   if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}, not "${value}"`)
   return value as T
 }
@@ -49,6 +50,9 @@ function count(name: string, value: string | undefined): number | undefined {
   if (!/^\d+$/.test(value)) throw new UsageError(`--${name} must be a whole number, not "${value}"`)
   return Number(value)
 }
+
+/** A comma list of names. */
+const names = (list: string) => list.split(',').map((name) => name.trim()).filter(Boolean)
 
 async function listSessions(client: AgentdClient, limit: number | undefined, json: boolean): Promise<void> {
   const page = await client.request<{ data: Array<Record<string, any>>; nextCursor: string | null }>('GET', `/v1/sessions?limit=${limit ?? 20}`)
@@ -101,8 +105,9 @@ export async function main(argv: string[]): Promise<number | undefined> {
       case 'chat':
         return await chat(client, {
           ...(values.session ? { sessionId: values.session } : {}),
-          ...(values.tools !== undefined ? { tools: values.tools.split(',').map((name) => name.trim()).filter(Boolean) } : {}),
-          ...(values.approval ? { approval: oneOf('approval', values.approval, ['auto', 'always', 'tools'] as const) } : {}),
+          ...(values.tools !== undefined ? { tools: names(values.tools) } : {}),
+          ...(values.approval ? { approval: { mode: oneOf('approval', values.approval, ['auto', 'always'] as const) } } : {}),
+          ...(values.ask !== undefined ? { approval: { mode: 'tools', tools: names(values.ask) } } : {}),
           ...(values['on-busy'] ? { onBusy: oneOf('on-busy', values['on-busy'], ['reject', 'enqueue', 'interrupt'] as const) } : {})
         })
       case 'sessions': {

@@ -4,6 +4,9 @@ import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
 import { until } from '../helpers/server-process.ts'
 
+// Chromium drives the page: on a busy 2-core machine the file takes minutes.
+t.setTimeout(300_000)
+
 /** Debian's chromium (.ci/run installs it when missing); playwright-core brings no browser of its own. */
 const CHROMIUM = process.env.AGENTD_CHROMIUM ?? '/usr/bin/chromium'
 const SCREENSHOT = new URL('../../docs/console.png', import.meta.url)
