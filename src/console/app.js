@@ -241,6 +241,7 @@ function setBadge(node, status) {
 async function follow(current) {
   const { signal } = current.stream
   const id = encodeURIComponent(current.session.id)
+  let refusedWith = null
   while (!signal.aborted) {
     try {
       setBadge($('stream-status'), current.lastSeq === 0 ? 'loading' : 'catching up')
@@ -257,8 +258,11 @@ async function follow(current) {
       if (!response.ok) {
         const failure = new ApiFailure(response.status, (await response.json().catch(() => null))?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
         if (response.status === 404 || response.status === 401) throw failure
-        showError(failure)
+        // Shown once per kind of refusal (a 429 repeats at every retry), not every two seconds.
+        if (failure.envelope.code !== refusedWith) showError(failure)
+        refusedWith = failure.envelope.code
       } else {
+        refusedWith = null
         setBadge($('stream-status'), 'live')
         await readSse(response.body, signal, (event) => receive(current, event))
       }

@@ -125,6 +125,16 @@ t.test('the console drives a session through tools, an approval, a client tool a
     await page.screenshot({ path: SCREENSHOT.pathname })
   })
 
+  t.test('a model retry is a line of the timeline, and thinking stays folded', async (t) => {
+    devModel.script({ status: 503 }, { reasoning: 'The person wants a colour; blue is safe.', text: 'Blue it is.' })
+    await send(page, 'pick a colour')
+    await page.locator('.bubble.assistant', { hasText: 'Blue it is.' }).waitFor()
+    t.match(await page.locator('.item.retry', { hasText: 'model retry 1' }).textContent(), /SERVER_ERROR, HTTP 503/)
+    const thinking = page.locator('.item.think details').last()
+    t.equal(await thinking.getAttribute('open'), null, 'folded')
+    t.match(await thinking.textContent(), 'blue is safe', 'with the reasoning inside')
+  })
+
   t.test('a server error is shown with its envelope', async (t) => {
     devModel.script({ hang: true })
     await send(page, 'this one hangs')
