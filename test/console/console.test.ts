@@ -191,8 +191,16 @@ t.test('with API keys on, the page asks for a key and keeps it in the tab', asyn
   await refused.waitFor()
   t.match(await refused.textContent(), 'HTTP 401')
 
+  // More sessions than one page (20) holds, the first one oldest.
+  for (let i = 0; i < 21; i++) await app.inject({ method: 'POST', url: '/v1/sessions', headers: { authorization: `Bearer ${key}` }, payload: { tools: [] } })
   await page.fill('#api-key', key)
   await page.click('#key-form button')
+  await page.locator('#more-sessions:not([hidden])').waitFor()
+  t.equal(await page.locator('#session-list li').count(), 20, 'one page of sessions')
+  t.equal(await page.locator('#session-list li', { hasText: created.json().id }).count(), 0, 'newest first: the oldest is not on it')
+  await page.click('#more-sessions')
+  await page.locator('#more-sessions[hidden]').waitFor({ state: 'attached' })
+  t.equal(await page.locator('#session-list li').count(), 22, 'the next page adds the rest')
   await page.locator('#session-list li', { hasText: created.json().id }).click()
   await page.locator('#stream-status', { hasText: 'live' }).waitFor()
   await send(page, 'hello with a key')
