@@ -22,6 +22,7 @@ import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
 import { tracingPlugin } from './http/tracing.ts'
 import type { ModelProvider } from './model/types.ts'
+import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
@@ -227,7 +228,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
   await app.register(authPlugin, {
     apiKeys: config.apiKeys,
-    openPaths: [...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
+    openPaths: [...CONSOLE_PATHS, ...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
   })
 
   await app.register(streamsPlugin, {
@@ -262,6 +263,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(eventRoutes)
   await app.register(toolRoutes)
   await app.register(toolCallRoutes)
+  await app.register(consoleRoutes)
 
   // Runs a previous process left unfinished are ended or queued again before any request.
   await runs.recover()

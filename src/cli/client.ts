@@ -1,0 +1,144 @@
+import { setTimeout as delay } from 'node:timers/promises'
+
+/** An event as the API sends it (SPEC 4); the CLI reads only what it prints. */
+export interface AgentEvent {
+  seq: number
+  sessionId: string
+  runId: string | null
+  channel: string
+  type: string
+  at: string
+  requestId: string | null
+  data: Record<string, any>
+}
+
+/** The error envelope's body (SPEC 5.2). */
+export interface ErrorBody {
+  code: string
+  message: string
+  details?: unknown
+  retryable?: boolean
+  requestId?: string
+}
+
+/** A non-2xx answer (with its envelope), or no answer at all (status 0). */
+export class ApiFailure extends Error {
+  readonly status: number
+  readonly body: ErrorBody
+
+  constructor(status: number, body: ErrorBody) {
+    super(body.message)
+    this.name = 'ApiFailure'
+    this.status = status
+    this.body = body
+  }
+}
+
+/** A failure that retrying the same stream later cannot fix. */
+const isFinal = (err: unknown) => err instanceof ApiFailure && [400, 401, 403, 404].includes(err.status)
+
+/** The HTTP API of one agentd server, as any client sees it: the CLI uses nothing else. */
+export class AgentdClient {
+  readonly baseUrl: string
+  readonly #key: string | undefined
+
+  constructor(baseUrl: string, key?: string) {
+    this.baseUrl = baseUrl.replace(/\/+$/, '')
+    this.#key = key || undefined
+  }
+
+  #headers(extra: Record<string, string> = {}): Record<string, string> {
+    return { ...(this.#key ? { authorization: `Bearer ${this.#key}` } : {}), ...extra }
+  }
+
+  /** Sends one JSON request; resolves with the parsed body (null for 204) or throws ApiFailure. */
+  async request<T = any>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers = this.#headers({ accept: 'application/json', ...(body === undefined ? {} : { 'content-type': 'application/json' }) })
+    let response: Response
+    try {
+      response = await fetch(this.baseUrl + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
+    } catch (err) {
+      throw unreachable(this.baseUrl, err)
+    }
+    if (response.status === 204) return null as T
+    const text = await response.text()
+    let parsed: any = null
+    try {
+      parsed = text ? JSON.parse(text) : null
+    } catch {
+      // Not JSON (a proxy's page): reported below with its status.
+    }
+    if (!response.ok) throw new ApiFailure(response.status, parsed?.error ?? { code: `HTTP_${response.status}`, message: text.slice(0, 200) || response.statusText })
+    return parsed as T
+  }
+
+  /** Every stored event of a session after `after`, page by page. */
+  async *storedEvents(sessionId: string, after = 0): AsyncGenerator<AgentEvent> {
+    for (;;) {
+      const page = await this.request<{ data: AgentEvent[]; nextAfter: number }>('GET', `/v1/sessions/${encodeURIComponent(sessionId)}/events?after=${after}&limit=1000`)
+      yield* page.data
+      if (page.data.length === 0) return
+      after = page.nextAfter
+    }
+  }
+
+  /**
+   * A session's events live, from after `after`, for as long as the caller iterates. A dropped
+   * connection (server restart, network) is reopened with `Last-Event-ID` set to the last seq
+   * received, so no event is missed or repeated; `onReconnect` is told about each attempt.
+   */
+  async *follow(sessionId: string, options: { after?: number; signal?: AbortSignal; onReconnect?: (err: unknown) => void; retryMs?: number } = {}): AsyncGenerator<AgentEvent> {
+    let last = options.after ?? 0
+    const retryMs = options.retryMs ?? 1000
+    for (;;) {
+      let dropped: unknown = new Error('the server ended the stream')
+      try {
+        for await (const event of this.#stream(sessionId, last, options.signal)) {
+          if (event.seq <= last) continue
+          last = event.seq
+          yield event
+        }
+      } catch (err) {
+        if (options.signal?.aborted) return
+        if (isFinal(err)) throw err
+        dropped = err
+      }
+      if (options.signal?.aborted) return
+      options.onReconnect?.(dropped)
+      await delay(retryMs, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {})
+    }
+  }
+
+  async *#stream(sessionId: string, after: number, signal?: AbortSignal): AsyncGenerator<AgentEvent> {
+    let response: Response
+    try {
+      response = await fetch(`${this.baseUrl}/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
+        headers: this.#headers({ accept: 'text/event-stream', 'last-event-id': String(after) }),
+        ...(signal ? { signal } : {})
+      })
+    } catch (err) {
+      throw unreachable(this.baseUrl, err)
+    }
+    if (!response.ok || !response.body) {
+      const body = (await response.json().catch(() => null)) as { error?: ErrorBody } | null
+      throw new ApiFailure(response.status, body?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
+    }
+    let buffer = ''
+    const decoder = new TextDecoder()
+    for await (const chunk of response.body) {
+      buffer += decoder.decode(chunk, { stream: true }).replaceAll('\r\n', '\n')
+      let end: number
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const frame = buffer.slice(0, end)
+        buffer = buffer.slice(end + 2)
+        const data = frame.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trimStart()).join('\n')
+        if (data) yield JSON.parse(data) as AgentEvent
+      }
+    }
+  }
+}
+
+function unreachable(baseUrl: string, err: unknown): ApiFailure {
+  const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err instanceof Error ? err.message : String(err))
+  return new ApiFailure(0, { code: 'UNREACHABLE', message: `cannot reach ${baseUrl} (${cause})`, retryable: true })
+}

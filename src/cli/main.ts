@@ -1,0 +1,142 @@
+import { parseArgs } from 'node:util'
+import { chat } from './chat.ts'
+import { AgentdClient, type AgentEvent } from './client.ts'
+import { eventLine, failureText, paint } from './format.ts'
+
+const USAGE = `Usage: agentd <command> [options]
+
+Commands:
+  serve                          run the service (the same as npm start; configured by the environment)
+  chat [--session <id>]          talk to an agent: each line is a message; answers stream, approvals ask y/n
+       [--tools a,b] [--approval auto|always] [--ask a,b] [--on-busy reject|enqueue|interrupt]
+                                 (a new session; --ask names the tools that need approval)
+  sessions [ls] [--limit <n>]    list sessions, newest first
+  sessions rm <id>...            delete sessions
+  events <id> [--follow] [--json] [--after <seq>]
+                                 print a session's events; --follow keeps streaming (resumes after a drop)
+
+Options:
+  --url <url>    the service (AGENTD_URL; default http://127.0.0.1:3000)
+  --key <key>    an API key (AGENTD_API_KEY)
+  --json         print JSON (one object per line)
+  -h, --help     this text`
+
+/** Flags every command accepts; unknown ones are an error, not silently ignored. */
+const OPTIONS = {
+  url: { type: 'string' },
+  key: { type: 'string' },
+  session: { type: 'string' },
+  tools: { type: 'string' },
+  approval: { type: 'string' },
+  ask: { type: 'string' },
+  'on-busy': { type: 'string' },
+  limit: { type: 'string' },
+  after: { type: 'string' },
+  follow: { type: 'boolean', short: 'f' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' }
+} as const
+
+/** A mistake in the command line: printed as one line with a pointer to --help, exit 2. */
+class UsageError extends Error {}
+
+function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(value)) throw new UsageError(`--${name} must be one of ${allowed.join(', ')}, not "${value}"`)
+  return value as T
+}
+
+function count(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined
+  if (!/^\d+$/.test(value)) throw new UsageError(`--${name} must be a whole number, not "${value}"`)
+  return Number(value)
+}
+
+/** A comma list of names. */
+const names = (list: string) => list.split(',').map((name) => name.trim()).filter(Boolean)
+
+async function listSessions(client: AgentdClient, limit: number | undefined, json: boolean): Promise<void> {
+  const page = await client.request<{ data: Array<Record<string, any>>; nextCursor: string | null }>('GET', `/v1/sessions?limit=${limit ?? 20}`)
+  for (const session of page.data) {
+    if (json) process.stdout.write(`${JSON.stringify(session)}\n`)
+    else process.stdout.write(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens\n`)
+  }
+  if (!json && page.data.length === 0) process.stdout.write(paint('dim', 'no sessions\n'))
+  if (!json && page.nextCursor) process.stdout.write(paint('dim', `(more: --limit ${Math.min(100, (limit ?? 20) * 2)})\n`))
+}
+
+async function printEvents(client: AgentdClient, sessionId: string, options: { follow: boolean; json: boolean; after: number }): Promise<void> {
+  const print = (event: AgentEvent) => process.stdout.write(`${options.json ? JSON.stringify(event) : eventLine(event)}\n`)
+  if (!options.follow) {
+    for await (const event of client.storedEvents(sessionId, options.after)) print(event)
+    return
+  }
+  const stream = client.follow(sessionId, {
+    after: options.after,
+    onReconnect: (err) => process.stderr.write(paint('yellow', `(connection lost: ${failureText(err)}; resuming)\n`, process.stderr))
+  })
+  for await (const event of stream) print(event)
+}
+
+/** Runs one command line; resolves with the exit code, or undefined for `serve`, which keeps running. */
+export async function main(argv: string[]): Promise<number | undefined> {
+  // `agentd events … | head` closes the pipe early: that is the reader being done, not a failure.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => process.exit(err.code === 'EPIPE' ? 0 : 1))
+  let parsed
+  try {
+    parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true })
+  } catch (err) {
+    process.stderr.write(`agentd: ${(err as Error).message}\n${paint('dim', 'agentd --help lists the commands and options', process.stderr)}\n`)
+    return 2
+  }
+  const { values, positionals } = parsed
+  const [command, ...rest] = positionals
+  if (values.help || command === undefined || command === 'help') {
+    process.stdout.write(`${USAGE}\n`)
+    return command === undefined && !values.help ? 2 : 0
+  }
+  if (command === 'serve') {
+    await import('../server.ts')
+    return undefined
+  }
+
+  const client = new AgentdClient(values.url ?? process.env.AGENTD_URL ?? 'http://127.0.0.1:3000', values.key ?? process.env.AGENTD_API_KEY)
+  try {
+    switch (command) {
+      case 'chat':
+        return await chat(client, {
+          ...(values.session ? { sessionId: values.session } : {}),
+          ...(values.tools !== undefined ? { tools: names(values.tools) } : {}),
+          ...(values.approval ? { approval: { mode: oneOf('approval', values.approval, ['auto', 'always'] as const) } } : {}),
+          ...(values.ask !== undefined ? { approval: { mode: 'tools', tools: names(values.ask) } } : {}),
+          ...(values['on-busy'] ? { onBusy: oneOf('on-busy', values['on-busy'], ['reject', 'enqueue', 'interrupt'] as const) } : {})
+        })
+      case 'sessions': {
+        const [action = 'ls', ...ids] = rest
+        if (action === 'ls') await listSessions(client, count('limit', values.limit), values.json === true)
+        else if (action === 'rm') {
+          if (ids.length === 0) throw new UsageError('sessions rm needs at least one session id')
+          for (const id of ids) {
+            await client.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`)
+            process.stdout.write(`deleted ${id}\n`)
+          }
+        } else throw new UsageError(`unknown sessions action "${action}" (ls or rm)`)
+        return 0
+      }
+      case 'events': {
+        const [sessionId] = rest
+        if (!sessionId) throw new UsageError('events needs a session id')
+        await printEvents(client, sessionId, { follow: values.follow === true, json: values.json === true, after: count('after', values.after) ?? 0 })
+        return 0
+      }
+      default:
+        throw new UsageError(`unknown command "${command}"`)
+    }
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`agentd: ${err.message}\n${paint('dim', 'agentd --help lists the commands and options', process.stderr)}\n`)
+      return 2
+    }
+    process.stderr.write(`agentd: ${failureText(err)}\n`)
+    return 1
+  }
+}

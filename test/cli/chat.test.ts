@@ -1,0 +1,127 @@
+import { spawn, spawnSync } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
+import t from 'tap'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { agentd, BIN } from '../helpers/cli.ts'
+import { until } from '../helpers/server-process.ts'
+
+// Every test here runs agentd as a child process: on a busy 2-core machine the file takes minutes.
+t.setTimeout(300_000)
+
+t.test('agentd chat', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const env = { AGENTD_URL: base }
+  const create = async (payload: object = {}) => (await app.inject({ method: 'POST', url: '/v1/sessions', payload })).json()
+
+  t.test('chat streams the answer and prints each tool call on a line of its own', async (t) => {
+    const run = await agentd(['chat'], { env, input: 'call fs_write {"path": "hello.txt", "content": "hi"}\ncall fs_list {"path": "."}\n' })
+    t.equal(run.code, 0, run.stderr)
+    t.match(run.stdout, /^session ses_\w+/)
+    t.match(run.stdout, '⚙ fs_write {"path":"hello.txt","content":"hi"}')
+    t.match(run.stdout, /✓ fs_write \d+ ms/)
+    t.match(run.stdout, 'Tool fs_list returned: {"path":".","entries":[{"path":"hello.txt"')
+    t.match(run.stdout, /— completed · \d+ tokens · req_\w+/)
+    t.notMatch(run.stdout, '\x1b[', 'no colour codes in a pipe')
+  })
+
+  t.test('chat prints a classified error compactly, with its recommendations', async (t) => {
+    const run = await agentd(['chat'], { env, input: 'call fs_read {"path": "missing.txt"}\n' })
+    t.equal(run.code, 0)
+    t.match(run.stdout, '✗ fs_read logical NOT_FOUND (retryable): "missing.txt" does not exist in the workspace.')
+    t.match(run.stdout, /→ Use fs_glob/)
+  })
+
+  t.test('chat asks y/n for an approval and acts on the answer', async (t) => {
+    const session = await create({ approval: { mode: 'always' } })
+    const run = await agentd(['chat', '--session', session.id], {
+      env,
+      input: 'call fs_write {"path": "yes.txt", "content": "allowed"}\ny\ncall fs_write {"path": "no.txt", "content": "denied"}\nn\n'
+    })
+    t.equal(run.code, 0, run.stderr)
+    t.match(run.stdout, 'Allow fs_write {"path":"yes.txt","content":"allowed"}? [y/n] y')
+    t.match(run.stdout, '✗ fs_write aborted DENIED_BY_USER')
+    const calls = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+      .filter((m: { role: string }) => m.role === 'tool').map((m: { content: string }) => m.content)
+    t.equal(calls.length, 2)
+    t.match(calls[0], '"created":true', 'the allowed call ran')
+    t.match(calls[1], 'DENIED_BY_USER', 'the denied one did not')
+  })
+
+  t.test('chat --ask creates a session where only the named tools need approval', async (t) => {
+    const run = await agentd(['chat', '--tools', 'fs_list,fs_write', '--ask', 'fs_write'], {
+      env,
+      input: 'call fs_list {"path": "."}\ncall fs_write {"path": "asked.txt", "content": "ok"}\ny\n'
+    })
+    t.equal(run.code, 0, run.stderr)
+    const sessionId = /session (ses_\w+)/.exec(run.stdout)?.[1]
+    const session = (await app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}` })).json()
+    t.same(session.approval, { mode: 'tools', tools: ['fs_write'] })
+    t.same(session.tools, ['fs_list', 'fs_write'])
+    t.notMatch(run.stdout, 'Allow fs_list', 'fs_list ran without asking')
+    t.match(run.stdout, 'Allow fs_write {"path":"asked.txt","content":"ok"}? [y/n] y')
+    t.match(run.stdout, /✓ fs_write \d+ ms/)
+  })
+
+  t.test('chat answers a client tool from stdin', async (t) => {
+    const session = await create({ tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] })
+    const run = await agentd(['chat', '--session', session.id], { env, input: 'call pick_colour {}\n{"colour": "green"}\n' })
+    t.equal(run.code, 0, run.stderr)
+    t.match(run.stdout, 'Result for pick_colour {}')
+    t.match(run.stdout, 'Tool pick_colour returned: {"colour":"green"}')
+  })
+
+  t.test('chat resumes the stream after the connection drops, without repeating or losing a word', async (t) => {
+    const session = await create({ tools: [] })
+    // Under the test model's 1 s headers timeout, yet long enough to drop the connection before the answer.
+    devModel.script({ text: 'this answer arrives after the connection dropped', delayMs: 700 })
+    const child = spawn(process.execPath, [BIN, 'chat', '--session', session.id], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['pipe', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve))
+    child.stdin.write('tell me\n')
+    await until(async () => app.streams.count > 0, 10_000, 'the chat stream')
+    app.server.closeAllConnections()
+    await until(async () => stdout.includes('— completed'), 15_000, 'the end of the run')
+    child.stdin.end()
+    t.equal(await closed, 0)
+    t.match(stderr, '(connection lost')
+    t.equal(stdout.split('this answer arrives after the connection dropped').length, 2, `the answer is printed exactly once:\n${stdout}`)
+  })
+
+})
+
+t.test('with API keys on, --key or AGENTD_API_KEY is sent', async (t) => {
+  const key = 'cli-test-key-0123456789abcdef'
+  const { app } = await buildTestApp(t, { env: { AGENTD_API_KEYS: `acme:${key}` } })
+  const base = await listen(app)
+  const without = await agentd(['sessions'], { env: { AGENTD_URL: base } })
+  t.equal(without.code, 1)
+  t.match(without.stderr, 'agentd: UNAUTHORIZED (HTTP 401)')
+  const byFlag = await agentd(['chat', '--key', key], { env: { AGENTD_URL: base }, input: 'hi there\n' })
+  t.equal(byFlag.code, 0, byFlag.stderr)
+  t.match(byFlag.stdout, 'You said: hi there')
+  const byEnv = await agentd(['sessions'], { env: { AGENTD_URL: base, AGENTD_API_KEY: key } })
+  t.equal(byEnv.code, 0)
+  t.match(byEnv.stdout, /^ses_\w+ +idle/)
+})
+
+/** A Node older than the project needs, if the machine has one (the README's fresh-machine case). */
+const olderNode = ['/usr/bin/node', '/usr/local/bin/node'].find((path) => {
+  if (!existsSync(path)) return false
+  const [major = 0, minor = 0] = spawnSync(path, ['-p', 'process.versions.node'], { encoding: 'utf8' }).stdout.trim().split('.').map(Number)
+  return major < 22 || (major === 22 && minor < 18)
+})
+if (olderNode) {
+  t.test(`on the machine's older Node (${olderNode}) the command runs on the Node 24 npm installed`, async (t) => {
+    const { app } = await buildTestApp(t)
+    const base = await listen(app)
+    const run = await agentd(['chat'], { env: { AGENTD_URL: base }, input: 'from an old node\n', node: olderNode })
+    t.equal(run.code, 0, run.stderr)
+    t.match(run.stdout, 'You said: from an old node')
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'))
+    t.match(pkg.optionalDependencies.node, /^\^24\./, 'the node package is pinned to major 24')
+  })
+}

@@ -1,0 +1,90 @@
+import { spawn } from 'node:child_process'
+import t from 'tap'
+import { buildTestApp, listen, tempDir } from '../helpers/app.ts'
+import { agentd, BIN } from '../helpers/cli.ts'
+import { until } from '../helpers/server-process.ts'
+
+// Every test here runs agentd as a child process: on a busy 2-core machine the file takes minutes.
+t.setTimeout(300_000)
+
+t.test('agentd sessions and events', async (t) => {
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const env = { AGENTD_URL: base }
+  const create = async (payload: object = {}) => (await app.inject({ method: 'POST', url: '/v1/sessions', payload })).json()
+
+  t.test('sessions lists newest first and rm deletes', async (t) => {
+    const older = await create({ tools: [] })
+    const newer = await create({ tools: [] })
+    const listed = await agentd(['sessions'], { env })
+    t.equal(listed.code, 0)
+    t.ok(listed.stdout.indexOf(newer.id) < listed.stdout.indexOf(older.id), 'newest first')
+    const json = await agentd(['sessions', 'ls', '--json', '--limit', '1'], { env })
+    t.equal(JSON.parse(json.stdout.trim().split('\n')[0] ?? '').id, newer.id)
+
+    const removed = await agentd(['sessions', 'rm', older.id], { env })
+    t.equal(removed.code, 0)
+    t.match(removed.stdout, `deleted ${older.id}`)
+    t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${older.id}` })).statusCode, 404)
+
+    const missing = await agentd(['sessions', 'rm', older.id], { env })
+    t.equal(missing.code, 1)
+    t.match(missing.stderr, /^agentd: SESSION_NOT_FOUND \(HTTP 404\): .*\n {2}request: req_\w+\n$/, 'the envelope on two lines, no stack')
+  })
+
+  t.test('events prints a session, and --follow --json streams it live', async (t) => {
+    const session = await create({ tools: [] })
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'first' } })
+    const printed = await agentd(['events', session.id], { env })
+    t.equal(printed.code, 0)
+    t.match(printed.stdout, /^#1 {2}\S+ {2}state_changed +queued → running$/m)
+    t.match(printed.stdout, /text_chunk_end +You said: first/)
+
+    const child = spawn(process.execPath, [BIN, 'events', session.id, '--follow', '--json', '--after', '1'], { env: { PATH: process.env.PATH ?? '', ...env } })
+    t.teardown(() => child.kill())
+    let stdout = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    await until(async () => app.streams.count > 0, 10_000, 'the follow stream')
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'second' } })
+    await until(async () => stdout.split('"type":"done"').length === 3, 10_000, 'the second run in the follow output')
+    const { lastSeq } = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json()
+    const seqs = stdout.trim().split('\n').map((line) => JSON.parse(line).seq)
+    t.same(seqs, Array.from({ length: lastSeq - 1 }, (_, i) => i + 2), 'every event after --after, in order, once')
+  })
+
+  t.test('command line mistakes get one line and exit code 2', async (t) => {
+    const unknown = await agentd(['frobnicate'], { env })
+    t.equal(unknown.code, 2)
+    t.match(unknown.stderr, 'agentd: unknown command "frobnicate"')
+    const badFlag = await agentd(['chat', '--approval', 'sometimes'], { env })
+    t.equal(badFlag.code, 2)
+    t.match(badFlag.stderr, '--approval must be one of auto, always')
+    const help = await agentd(['--help'], { env })
+    t.equal(help.code, 0)
+    t.match(help.stdout, 'agentd <command>')
+  })
+
+  t.test('an unreachable service is one line, exit 1', async (t) => {
+    const run = await agentd(['sessions', '--url', 'http://127.0.0.1:9'], { env })
+    t.equal(run.code, 1)
+    t.match(run.stderr, /^agentd: UNREACHABLE: cannot reach http:\/\/127\.0\.0\.1:9 \(.+\)\n$/)
+  })
+})
+
+t.test('agentd serve runs the service, console included, and drains on SIGTERM', async (t) => {
+  const workspaces = tempDir(t)
+  const child = spawn(process.execPath, [BIN, 'serve'], {
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', HOST: '127.0.0.1', PORT: '0', AGENTD_DB: ':memory:', AGENTD_WORKSPACES: workspaces, LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  t.teardown(() => child.kill('SIGKILL'))
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
+  let stdout = ''
+  child.stdout.on('data', (chunk) => (stdout += chunk))
+  const base = await until(async () => /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(stdout)?.[1], 20_000, 'the service to listen')
+  const page = await fetch(`${base}/console`)
+  t.equal(page.status, 200)
+  t.match(await page.text(), '<title>agentd console</title>')
+  child.kill('SIGTERM')
+  t.equal(await exited, 0, 'a clean exit after draining')
+})
