@@ -1,4 +1,6 @@
-import { mkdirSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { mkdirSync, statSync } from 'node:fs'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
@@ -9,7 +11,13 @@ t.setTimeout(300_000)
 
 /** Debian's chromium (.ci/run installs it when missing); playwright-core brings no browser of its own. */
 const CHROMIUM = process.env.AGENTD_CHROMIUM ?? '/usr/bin/chromium'
-const SCREENSHOT = new URL('../../docs/console.png', import.meta.url)
+/**
+ * The picture of a finished run. The README's docs/console.png is refreshed with
+ * AGENTD_UPDATE_SCREENSHOT=1; otherwise it goes to a temporary folder, so a test run leaves the tree clean.
+ */
+const SCREENSHOT = process.env.AGENTD_UPDATE_SCREENSHOT === '1'
+  ? new URL('../../docs/console.png', import.meta.url)
+  : new URL(`file://${join(tmpdir(), `agentd-console-${process.pid}`, 'console.png')}`)
 
 type Tap = { teardown(fn: () => unknown): void }
 
@@ -123,6 +131,7 @@ t.test('the console drives a session through tools, an approval, a client tool a
     await page.locator('.item.run').nth(1).evaluate((run) => run.scrollIntoView({ block: 'start' }))
     mkdirSync(new URL('.', SCREENSHOT), { recursive: true })
     await page.screenshot({ path: SCREENSHOT.pathname })
+    t.ok(statSync(SCREENSHOT).size > 10_000, 'the screenshot is written')
   })
 
   t.test('a model retry is a line of the timeline, and thinking stays folded', async (t) => {
