@@ -160,7 +160,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   const events = new EventLog(store)
-  const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, ...options.tools })
+  const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, logger: log, ...options.tools })
   const runs = new RunManager({
     store,
     events,
@@ -228,6 +228,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   } satisfies Services)
   // Without a drain first (tests, embedders): runs are interrupted at once.
   app.addHook('onClose', async () => app.agentd.drain(0))
+  // MCP servers are tried once before the first request (one that fails is retried in the background) and stopped after the drain.
+  await tools.start()
+  app.addHook('onClose', async () => tools.close())
 
   for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
 

@@ -1,5 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { McpConfigError, readMcpConfig, type McpServerConfig } from './tools/mcp/config.ts'
 
 const integer = (description: string, fallback: string) =>
   Type.String({ pattern: '^[0-9]+$', default: fallback, description })
@@ -64,7 +65,8 @@ export const EnvSchema = Type.Object({
   AGENTD_MAX_SESSIONS_PER_TENANT: integer('an integer from 1 to 100000000', '100000'),
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: integer('an integer from 1 to 100000', '64'),
   AGENTD_MAX_STREAMS_PER_KEY: integer('an integer from 1 to 100000', '64'),
-  AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000')
+  AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000'),
+  AGENTD_MCP_CONFIG: Type.Optional(Type.String({ description: 'a path to a JSON file {"mcpServers": {...}}' }))
 })
 export type Env = Static<typeof EnvSchema>
 
@@ -104,6 +106,8 @@ export interface Config {
   limits: { sessionsPerTenant: number; activeRunsPerTenant: number; streamsPerKey: number }
   /** Bytes of one tool result the model gets; longer results are cut with a note. */
   toolMaxOutputBytes: number
+  /** MCP servers whose tools are offered (AGENTD_MCP_CONFIG); empty when it is unset. */
+  mcpServers: readonly McpServerConfig[]
 }
 
 /** One bad variable: what it is called, what was wrong, what form it must take. */
@@ -184,6 +188,15 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
   if (env.DATABASE_URL && !problems.has('DATABASE_URL')) {
     problems.set('DATABASE_URL', 'DATABASE_URL=(value hidden) is invalid: this build has no PostgreSQL store yet; unset it to use SQLite (AGENTD_DB)')
   }
+  let mcpServers: McpServerConfig[] = []
+  if (env.AGENTD_MCP_CONFIG) {
+    try {
+      mcpServers = readMcpConfig(env.AGENTD_MCP_CONFIG)
+    } catch (err) {
+      if (!(err instanceof McpConfigError)) throw err
+      problems.set('AGENTD_MCP_CONFIG', err.message)
+    }
+  }
   if (problems.size > 0) throw new ConfigError([...problems.values()])
 
   const flag = (value: string) => value === 'true' || value === '1'
@@ -217,6 +230,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
       activeRunsPerTenant: Number(env.AGENTD_MAX_ACTIVE_RUNS_PER_TENANT),
       streamsPerKey: Number(env.AGENTD_MAX_STREAMS_PER_KEY)
     },
-    toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES)
+    toolMaxOutputBytes: Number(env.AGENTD_TOOL_MAX_OUTPUT_BYTES),
+    mcpServers
   })
 }
