@@ -18,7 +18,7 @@ export interface McpServerStatus {
   name: string
   transport: 'stdio' | 'http'
   state: McpServerState
-  /** Tools it offers now (0 unless up). */
+  /** Tools from its last listing (kept while it is down: a call then fails as retryable). */
   tools: number
   lastError: string | null
   /** Connection attempts after the first. */
@@ -76,7 +76,7 @@ export class McpConnection {
     return this.#state
   }
 
-  /** The server's tools now; empty while it is not up. */
+  /** The server's tools from its last listing; while it is down they stay offered and a call fails as `exception`, retryable. */
   get tools(): readonly Tool[] {
     return this.#tools
   }
@@ -196,7 +196,6 @@ export class McpConnection {
   #down(reason: string): void {
     this.#state = 'down'
     this.#lastError = reason.slice(0, 1000)
-    this.#setTools([])
     this.#failures++
     const exp = Math.min(this.#options.backoffCapMs, this.#options.backoffBaseMs * 2 ** Math.min(this.#failures - 1, 20))
     // Half fixed, half random: servers that died together do not all come back in the same instant.
@@ -222,7 +221,7 @@ export class McpConnection {
     if (this.#client !== client) return
     const tools: Tool[] = []
     for (const info of listed) {
-      const tool = this.#adapt(client, info)
+      const tool = this.#adapt(info)
       if (tool) tools.push(tool)
     }
     this.#setTools(tools)
@@ -234,7 +233,7 @@ export class McpConnection {
   }
 
   /** An MCP tool as an agentd tool; null (with a warning) when its name or schema cannot be offered to a model. */
-  #adapt(client: Client, info: McpToolInfo): Tool | null {
+  #adapt(info: McpToolInfo): Tool | null {
     const server = this.config.name
     const name = `${server}__${info.name.replace(/[^A-Za-z0-9_-]/g, '_')}`
     if (!TOOL_NAME.test(name)) {
@@ -253,7 +252,9 @@ export class McpConnection {
       description: info.description ?? info.title ?? `${info.name} from the MCP server ${server}`,
       parameters,
       execute: async (input, ctx) => {
-        if (this.#client !== client || this.#state !== 'up') {
+        // The connection of now, not the one that listed the tool: a run may span a restart.
+        const client = this.#client
+        if (!client || this.#state !== 'up') {
           throw serverUnavailable(server, name, this.#state, this.#lastError, this.#nextAttemptAt === null ? null : this.#nextAttemptAt - Date.now())
         }
         try {

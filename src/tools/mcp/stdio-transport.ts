@@ -68,7 +68,15 @@ export class ProcessGroupStdioTransport implements Transport {
       child.once('spawn', () => resolve())
       child.once('exit', (code, signal) => {
         this.exit = { code, signal }
-        this.#finish()
+        // Its last stderr lines (why it died) may still be in the pipe; a child it left behind
+        // can hold the pipe open, so this waits briefly, not for the pipe to close.
+        const stderr = child.stderr
+        if (!stderr || stderr.readableEnded) return this.#finish()
+        const timer = setTimeout(() => this.#finish(), 100)
+        stderr.once('end', () => {
+          clearTimeout(timer)
+          this.#finish()
+        })
       })
       child.stdin?.on('error', (err) => this.onerror?.(err))
       child.stdout?.on('data', (chunk: Buffer) => this.#read(chunk))
