@@ -88,7 +88,18 @@ t.test('SIGTERM drains and stops the stdio MCP servers', async (t) => {
   writeFileSync(log, '')
   const file = join(dir, 'mcp.json')
   writeFileSync(file, JSON.stringify({ mcpServers: { misbehaving: { command: process.execPath, args: [misbehaving], env: { MCP_FIXTURE_LOG: log } } } }))
-  const server = await startServer({ AGENTD_DB: ':memory:', AGENTD_WORKSPACES: join(dir, 'ws'), AGENTD_MCP_CONFIG: file })
+  t.teardown(() => {
+    // Whatever happened, no fixture process outlives the test.
+    for (const [, pid] of readFileSync(log, 'utf8').matchAll(/started (\d+)/g)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL')
+      } catch {
+        // already gone
+      }
+    }
+  })
+  // Start-up under a loaded machine (7 agents on 2 cores) can take a while.
+  const server = await startServer({ AGENTD_DB: ':memory:', AGENTD_WORKSPACES: join(dir, 'ws'), AGENTD_MCP_CONFIG: file }, 60_000)
   t.teardown(() => server.child.kill('SIGKILL'))
   const listed = await (await fetch(`${server.url}/v1/tools`)).json() as { servers: Array<{ state: string }> }
   t.match(listed.servers, [{ state: 'up' }], 'the server is up once agentd listens')
