@@ -291,3 +291,22 @@ t.test('a Streamable HTTP server: headers, results, errors, progress, cancellati
   t.match(gone.toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true })
   await until(t, 'the server shows as down', async () => (await tools(ctx)).servers[0]?.state !== 'up')
 })
+
+t.test('JSON-RPC errors are classified by code; a schema with allOf is still checked', async (t) => {
+  const jsonrpc = new URL('../fixtures/mcp/jsonrpc-server.ts', import.meta.url).pathname
+  const ctx = await appWithMcp(t, { rpc: { command: process.execPath, args: [jsonrpc] } })
+  const { toolResults, run } = await runCalls(ctx, { tools: ['rpc__*'] }, [
+    { name: 'rpc__invalid_params', arguments: {} },
+    { name: 'rpc__no_method', arguments: {} },
+    { name: 'rpc__internal', arguments: {} },
+    { name: 'rpc__merge', arguments: { a: 'x' } },
+    { name: 'rpc__merge', arguments: { a: 'x', b: 2 } }
+  ])
+  t.equal(run.status, 'completed')
+  t.match(toolResults[0], { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, error: /JSON-RPC error -32602: .*path must be absolute/, detail: { jsonRpcCode: -32602 } })
+  t.match(toolResults[1], { errorType: 'runtime', code: 'CONFIG_ERROR', retryable: false, detail: { jsonRpcCode: -32601 } })
+  t.match(toolResults[2], { errorType: 'runtime', code: 'UNKNOWN', retryable: true, error: /database connection lost/ })
+  t.match(toolResults[3], { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, error: /Invalid arguments for rpc__merge: .*'b'/ }, 'checked by agentd before the server sees it')
+  t.same(toolResults[4], { a: 'x', b: 2 }, 'valid arguments reach the server')
+  t.equal((await tools(ctx)).servers[0]?.state, 'up', 'a JSON-RPC error does not take the server down')
+})

@@ -8,7 +8,7 @@ import type { Tool } from '../types.ts'
 import type { McpServerConfig } from './config.ts'
 import { resultText } from './content.ts'
 import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError } from './errors.ts'
-import { mcpToolParameters } from './schema.ts'
+import { mcpToolSchema, type McpToolSchema } from './schema.ts'
 import { ProcessGroupStdioTransport } from './stdio-transport.ts'
 
 export type McpServerState = 'starting' | 'up' | 'down' | 'stopped'
@@ -240,9 +240,9 @@ export class McpConnection {
       this.#log.warn({ tool: info.name }, `MCP tool skipped: ${name} is longer than 64 characters`)
       return null
     }
-    let parameters
+    let schema: McpToolSchema
     try {
-      parameters = mcpToolParameters(info.inputSchema as Record<string, unknown>)
+      schema = mcpToolSchema(name, info.inputSchema as Record<string, unknown>)
     } catch (err) {
       this.#log.warn({ tool: info.name, err }, 'MCP tool skipped: its inputSchema cannot be used')
       return null
@@ -250,8 +250,10 @@ export class McpConnection {
     return {
       name,
       description: info.description ?? info.title ?? `${info.name} from the MCP server ${server}`,
-      parameters,
+      parameters: schema.parameters,
       execute: async (input, ctx) => {
+        const invalid = schema.check?.(input)
+        if (invalid) throw invalid
         // The connection of now, not the one that listed the tool: a run may span a restart.
         const client = this.#client
         if (!client || this.#state !== 'up') {

@@ -1,37 +1,51 @@
 import { Kind, Type, TypeRegistry, type TSchema } from '@sinclair/typebox'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
+import { ToolFailure } from '../../agent/classify.ts'
 import { ToolSpecError, parametersFromJsonSchema } from '../json-schema.ts'
+
+export interface McpToolSchema {
+  /** What the model and GET /v1/tools see, and what the runtime checks the arguments against. */
+  parameters: TSchema
+  /** A whole-schema check the tool runs itself before calling the server, when the runtime's check cannot be field by field. */
+  check?: (input: unknown) => ToolFailure | null
+}
 
 /**
  * An MCP tool's inputSchema as tool parameters. Most servers send schemas that agentd's own
- * translation checks field by field (with field-level recommendations); a schema it cannot
- * translate ($ref, allOf, …) is checked as a whole by Ajv, the validator the MCP SDK uses.
+ * translation checks field by field in the runtime (with a recommendation per field); a schema it
+ * cannot translate ($ref, allOf, …) passes the runtime's check and is checked whole by Ajv, the
+ * validator the MCP SDK uses, whose message names what is wrong.
  */
-export function mcpToolParameters(inputSchema: Record<string, unknown>): TSchema {
+export function mcpToolSchema(toolName: string, inputSchema: Record<string, unknown>): McpToolSchema {
   try {
-    return parametersFromJsonSchema(inputSchema)
+    return { parameters: parametersFromJsonSchema(inputSchema) }
   } catch (err) {
     if (!(err instanceof ToolSpecError)) throw err
-    return wholeSchema(inputSchema)
   }
-}
-
-const AjvCheckedKind = 'AgentdAjvCheckedSchema'
-const ajv = new AjvJsonSchemaValidator()
-const checkers = new WeakMap<object, (input: unknown) => boolean>()
-
-TypeRegistry.Set(AjvCheckedKind, (schema: object, value: unknown) => checkers.get(schema)?.(value) ?? false)
-
-function wholeSchema(json: Record<string, unknown>): TSchema {
-  let check: (input: unknown) => boolean
+  const parameters = Type.Unsafe({ ...structuredClone(inputSchema), [Kind]: CheckedByToolKind })
+  let validate: ReturnType<AjvJsonSchemaValidator['getValidator']>
   try {
-    const validate = ajv.getValidator(json)
-    check = (input) => validate(input).valid
+    validate = ajv.getValidator(inputSchema)
   } catch {
     // A schema even Ajv cannot compile: the server checks the arguments itself (its InvalidParams answer is `validation`).
-    check = () => true
+    return { parameters }
   }
-  const parameters = Type.Unsafe({ ...structuredClone(json), [Kind]: AjvCheckedKind })
-  checkers.set(parameters, check)
-  return parameters
+  return {
+    parameters,
+    check: (input) => {
+      const result = validate(input)
+      if (result.valid) return null
+      return new ToolFailure('VALIDATION_ERROR', `Invalid arguments for ${toolName}: ${result.errorMessage ?? 'they do not match its schema'}.`, {
+        reason: 'schema', errors: result.errorMessage
+      }, {
+        recommendations: [`Call ${toolName} again with arguments that match its parameters schema; read the schema's allOf/anyOf parts and $defs carefully.`]
+      })
+    }
+  }
 }
+
+const CheckedByToolKind = 'AgentdCheckedByTool'
+const ajv = new AjvJsonSchemaValidator()
+
+// The runtime's check passes these through; the tool's own Ajv check (above) runs in execute.
+TypeRegistry.Set(CheckedByToolKind, () => true)
