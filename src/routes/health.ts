@@ -8,7 +8,7 @@ const ReadySchema = Type.Object({
   status: Type.Literal('ready'),
   store: Type.String({ description: 'sqlite or postgres' }),
   model: Type.String({ description: "'openai' for a configured provider, 'dev' for the built-in dev model" }),
-  mcp: Type.Array(McpServerStatusSchema, { description: 'the MCP servers; one that is down is reported here but does not make agentd unready' })
+  mcp: Type.Optional(Type.Array(McpServerStatusSchema, { description: 'the MCP servers, when there are any; one that is down is reported here but does not make agentd unready' }))
 })
 
 /** GET /healthz (the process answers) and GET /readyz (it can serve: store reachable, a model provider). */
@@ -39,6 +39,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
     if (state.storeFailure) {
       return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store failed a write', { store: state.storeFailure }))
     }
-    return { status: 'ready' as const, store: store.kind, model: model.kind, mcp: app.agentd.tools.mcpStatus() }
+    const mcp = app.agentd.tools.mcpStatus()
+    return { status: 'ready' as const, store: store.kind, model: model.kind, ...(mcp.length > 0 ? { mcp } : {}) }
   })
 }

@@ -9,7 +9,7 @@ import { createBuiltinTools, DEFAULT_TOOL_NAMES } from './builtin/index.ts'
 import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
 import type { McpServerStatus } from './mcp/connection.ts'
-import { McpServers, type McpServersOptions } from './mcp/servers.ts'
+import type { McpServers, McpServersOptions } from './mcp/servers.ts'
 import { createConcurrencyLimiter, runTool } from './runtime.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
 
@@ -41,8 +41,9 @@ export interface ToolCatalogOptions {
 export class ToolCatalog {
   readonly defaultNames: string[] = [...DEFAULT_TOOL_NAMES]
   readonly registry: ToolRegistry
-  /** The MCP servers of AGENTD_MCP_CONFIG; undefined when there are none. */
-  readonly mcp: McpServers | undefined
+  readonly #options: ToolCatalogOptions
+  /** The MCP servers of AGENTD_MCP_CONFIG, once start() has loaded them; undefined when there are none. */
+  #mcp: McpServers | undefined
   readonly #config: Readonly<Config>
   readonly #maxOutputBytes: number
   readonly #limiter: ReturnType<typeof createConcurrencyLimiter>
@@ -51,10 +52,11 @@ export class ToolCatalog {
     this.#config = config
     this.#maxOutputBytes = options.maxOutputBytes ?? 100_000
     this.#limiter = createConcurrencyLimiter(options.perSessionConcurrency ?? 4)
-    this.mcp = config.mcpServers.length > 0
-      ? new McpServers(config.mcpServers, options.logger ?? pino({ enabled: false }), options.mcp)
-      : undefined
-    this.registry = new ToolRegistry({ webhook: { allowedHosts: config.webhookHosts }, ...(this.mcp ? { dynamic: this.mcp } : {}) })
+    this.#options = options
+    this.registry = new ToolRegistry({
+      webhook: { allowedHosts: config.webhookHosts },
+      dynamic: { list: () => this.#mcp?.list() ?? [], select: (item) => this.#mcp?.select(item) }
+    })
     for (const tool of createBuiltinTools({
       bashEnabled: config.bashEnabled,
       httpFetch: { allowPrivate: false, allowedHosts: config.fetchAllowHosts },
@@ -66,17 +68,21 @@ export class ToolCatalog {
 
   /** Connects the MCP servers; resolves once each has been tried (those that failed are retried in the background). */
   async start(): Promise<void> {
-    await this.mcp?.start()
+    if (this.#config.mcpServers.length === 0 || this.#mcp) return
+    // The MCP SDK is loaded only when servers are configured: it is a large share of start-up time.
+    const { McpServers } = await import('./mcp/servers.ts')
+    this.#mcp = new McpServers(this.#config.mcpServers, this.#options.logger ?? pino({ enabled: false }), this.#options.mcp)
+    await this.#mcp.start()
   }
 
   /** Stops the MCP servers (stdio ones with their process groups). */
   async close(): Promise<void> {
-    await this.mcp?.stop()
+    await this.#mcp?.stop()
   }
 
   /** Each MCP server's state, for GET /v1/tools and /readyz. */
   mcpStatus(): McpServerStatus[] {
-    return this.mcp?.status() ?? []
+    return this.#mcp?.status() ?? []
   }
 
   /** Deletes a session's workspace with its files (the session is gone). */
@@ -87,7 +93,7 @@ export class ToolCatalog {
   /** GET /v1/tools: every server tool with its JSON Schema. */
   list(): Array<ToolInfo & { server?: string }> {
     return this.registry.list().map((info) => {
-      const server = this.mcp?.serverOf(info.name)
+      const server = this.#mcp?.serverOf(info.name)
       return server === undefined ? info : { ...info, server }
     })
   }
