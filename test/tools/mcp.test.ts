@@ -245,20 +245,25 @@ t.test('a server that fails to start or hangs at start does not stop agentd; it 
   const ctx = await appWithMcp(t, {
     broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },
     missing: { command: '/nonexistent/mcp-server' },
-    silent: { command: process.execPath, args: ['-e', 'setInterval(() => {}, 1000)'] }
+    silent: { command: process.execPath, args: ['-e', 'setInterval(() => {}, 1000)'] },
+    nowhere: { url: 'http://127.0.0.1:1/mcp' }
   }, { mcp: { connectTimeoutMs: 5000, backoffBaseMs: 100, backoffCapMs: 400 } })
   const { servers } = await tools(ctx)
   // A retry may be under way already (state starting); lastError stays until one succeeds.
   t.match(servers, [
     { name: 'broken', state: /down|starting/, lastError: /exited with code 3 \(stderr: no API token given\)/ },
     { name: 'missing', state: /down|starting/, lastError: /ENOENT/ },
-    { name: 'silent', state: /down|starting/, lastError: /timed out/i }
+    { name: 'silent', state: /down|starting/, lastError: /timed out/i },
+    { name: 'nowhere', transport: 'http', state: /down|starting/, lastError: /fetch failed|ECONNREFUSED/ }
   ])
   const ready = await ctx.app.inject({ method: 'GET', url: '/readyz' })
   t.equal(ready.statusCode, 200)
-  t.equal(ready.json().mcp.length, 3)
+  t.equal(ready.json().mcp.length, 4)
   await until(t, 'each is retried', async () => (await tools(ctx)).servers.every((s) => s.restarts >= 1), 30_000)
   t.equal((await ctx.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+  const closing = Date.now()
+  await ctx.app.close()
+  t.ok(Date.now() - closing < 4000, 'closing does not wait for a server that never answers')
 })
 
 t.test('a Streamable HTTP server: headers, results, errors, progress, cancellation, unreachable', async (t) => {

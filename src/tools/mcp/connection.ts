@@ -65,6 +65,8 @@ export class McpConnection {
   #retryTimer: NodeJS.Timeout | undefined
   #nextAttemptAt: number | null = null
   #attempt: Promise<void> | undefined
+  /** The client of the attempt under way, so stop() need not wait for a server that never answers. */
+  #connecting: Client | undefined
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     this.config = config
@@ -107,6 +109,7 @@ export class McpConnection {
     this.#setTools([])
     const client = this.#client
     this.#client = undefined
+    await this.#connecting?.close().catch(() => undefined)
     await this.#attempt?.catch(() => undefined)
     await client?.close().catch(() => undefined)
   }
@@ -122,6 +125,7 @@ export class McpConnection {
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
       if (this.#client === client) void this.#refreshTools(client).catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed'))
     })
+    this.#connecting = client
     try {
       await client.connect(transport, { timeout: this.#options.connectTimeoutMs })
       if (this.#stopped()) {
@@ -141,6 +145,7 @@ export class McpConnection {
       if (this.#stopped()) return
       this.#down(`${this.#describe(transport)}${(err as Error).message ?? String(err)}`)
     } finally {
+      this.#connecting = undefined
       this.#attempt = undefined
     }
   }
