@@ -12,7 +12,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: {
         200: Type.Object({
           data: Type.Array(ref(ToolSchema)),
-          servers: Type.Array(McpServerStatusSchema, { description: 'the MCP servers of AGENTD_MCP_CONFIG; a server that is down offers no tools until it is back' })
+          servers: Type.Array(McpServerStatusSchema, { description: 'the MCP servers of AGENTD_MCP_CONFIG; a server that is down keeps its last known tools listed, and calls to them fail as retryable until it is back' })
         }),
         ...errorResponses(401, 429, 500, 503)
       }

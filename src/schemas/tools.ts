@@ -52,7 +52,7 @@ export const McpServerStatusSchema = Type.Object(
     state: Type.Union([Type.Literal('starting'), Type.Literal('up'), Type.Literal('down'), Type.Literal('stopped')], {
       description: 'down: not connected, retried with backoff at nextAttemptAt'
     }),
-    tools: Type.Integer({ description: 'tools it offers now' }),
+    tools: Type.Integer({ description: 'tools from its last listing' }),
     lastError: Type.Union([Type.String(), Type.Null()], { description: 'why it last failed to start or went down' }),
     restarts: Type.Integer({ description: 'connection attempts after the first' }),
     nextAttemptAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()])

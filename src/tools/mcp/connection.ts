@@ -118,6 +118,7 @@ export class McpConnection {
     if (this.#state === 'stopped') return
     this.#state = 'starting'
     this.#nextAttemptAt = null
+    this.#lastStderr = null
     const transport = this.#makeTransport()
     const client = new Client({ name: 'agentd', version }, { capabilities: {} })
     client.onerror = (err) => this.#log.debug({ err }, 'MCP transport error')
@@ -140,10 +141,12 @@ export class McpConnection {
       this.#lastError = null
       this.#log.info({ tools: this.#tools.length }, 'MCP server up')
     } catch (err) {
+      // Described before close(): how the process ended by itself, not the kill that follows.
+      const why = `${this.#describe(transport)}${(err as Error).message ?? String(err)}`
       this.#client = undefined
       await client.close().catch(() => undefined)
       if (this.#stopped()) return
-      this.#down(`${this.#describe(transport)}${(err as Error).message ?? String(err)}`)
+      this.#down(why)
     } finally {
       this.#connecting = undefined
       this.#attempt = undefined
