@@ -85,16 +85,18 @@ t.test('the reference server over stdio: listed with schemas, called, validated,
     { name: 'everything__get-sum', arguments: { a: 2, b: 3 } },
     { name: 'everything__get-sum', arguments: { a: 'two', b: 3 } },
     { name: 'everything__trigger-long-running-operation', arguments: { duration: 0.3, steps: 3 } },
-    { name: 'everything__get-tiny-image', arguments: {} }
+    { name: 'everything__get-tiny-image', arguments: {} },
+    { name: 'everything__get-resource-reference', arguments: { resourceType: 'Text', resourceId: -1 } }
   ])
   t.equal(run.status, 'completed')
-  const [echoed, sum, invalid, long, image] = toolResults as [string, string, Record<string, unknown>, string, string]
+  const [echoed, sum, invalid, long, image, refused] = toolResults as [string, string, Record<string, unknown>, string, string, Record<string, unknown>]
   t.match(echoed, /hi there/)
   t.match(sum, /5/)
   t.match(invalid, { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false })
   t.match((invalid['recommendations'] as string[]).join(' '), /"a" must be number/, 'the failing field is named')
   t.match(long, /completed/i)
   t.match(image, /\[image: image\/png, \d+ bytes/, 'the image is described, not dropped')
+  t.match(refused, { ok: false, errorType: 'logical', retryable: true, error: /Invalid resourceId: -1/ }, 'an error result is logical with the server text')
 
   const longCall = events.find((e) => e.type === 'tool:start' && e.data.call.name === 'everything__trigger-long-running-operation')?.data.call
   const progress = events.filter((e) => e.type === 'tool:progress')
