@@ -73,7 +73,10 @@ function alive(pid: number): boolean {
 }
 
 t.test('the reference server over stdio: listed with schemas, called, validated, progress, images described', async (t) => {
-  const ctx = await appWithMcp(t, { everything: { command: process.execPath, args: [everything, 'stdio'] } })
+  // A secret in agentd's own environment must not reach a stdio server.
+  process.env['AGENTD_TEST_SECRET'] = 'do-not-pass-on'
+  t.teardown(() => delete process.env['AGENTD_TEST_SECRET'])
+  const ctx = await appWithMcp(t, { everything: { command: process.execPath, args: [everything, 'stdio'], env: { GREETING: 'from the entry' } } })
   const listed = await tools(ctx)
   t.match(listed.servers, [{ name: 'everything', transport: 'stdio', state: 'up', lastError: null }])
   const echo = listed.data.find((tool) => tool.name === 'everything__echo')
@@ -86,16 +89,19 @@ t.test('the reference server over stdio: listed with schemas, called, validated,
     { name: 'everything__get-sum', arguments: { a: 'two', b: 3 } },
     { name: 'everything__trigger-long-running-operation', arguments: { duration: 0.3, steps: 3 } },
     { name: 'everything__get-tiny-image', arguments: {} },
-    { name: 'everything__get-resource-reference', arguments: { resourceType: 'Text', resourceId: -1 } }
+    { name: 'everything__get-resource-reference', arguments: { resourceType: 'Text', resourceId: -1 } },
+    { name: 'everything__get-env', arguments: {} }
   ])
   t.equal(run.status, 'completed')
-  const [echoed, sum, invalid, long, image, refused] = toolResults as [string, string, Record<string, unknown>, string, string, Record<string, unknown>]
+  const [echoed, sum, invalid, long, image, refused, env] = toolResults as [string, string, Record<string, unknown>, string, string, Record<string, unknown>, Record<string, string>]
   t.match(echoed, /hi there/)
   t.match(sum, /5/)
   t.match(invalid, { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false })
   t.match((invalid['recommendations'] as string[]).join(' '), /"a" must be number/, 'the failing field is named')
   t.match(long, /completed/i)
   t.match(image, /\[image: image\/png, \d+ bytes/, 'the image is described, not dropped')
+  t.match(env, { GREETING: 'from the entry', PATH: String }, "the server gets its entry's env and a small default one")
+  t.notOk('AGENTD_TEST_SECRET' in env, "and none of agentd's own variables")
   t.match(refused, { ok: false, errorType: 'logical', retryable: true, error: /Invalid resourceId: -1/ }, 'an error result is logical with the server text')
 
   const longCall = events.find((e) => e.type === 'tool:start' && e.data.call.name === 'everything__trigger-long-running-operation')?.data.call
