@@ -323,3 +323,14 @@ t.test('JSON-RPC errors are classified by code; a schema with allOf is still che
   t.same(toolResults[4], { a: 'x', b: 2 }, 'valid arguments reach the server')
   t.equal((await tools(ctx)).servers[0]?.state, 'up', 'a JSON-RPC error does not take the server down')
 })
+
+t.test('a Streamable HTTP server that goes away mid-call ends the call classified, before its timeout', async (t) => {
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  setTimeout(() => void http.close(), 1000)
+  const started = Date.now()
+  const { toolResults } = await runCalls(ctx, { tools: ['remote__hang'], limits: { toolTimeoutMs: 20_000 } }, [{ name: 'remote__hang', arguments: {} }])
+  t.match(toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, detail: { reason: 'connection_lost' } })
+  t.ok(Date.now() - started < 15_000, 'well before the 20 s timeout')
+})

@@ -46,9 +46,6 @@ export class ProcessGroupStdioTransport implements Transport {
     this.#buffer = new ReadBuffer({ maxBufferSize: options.maxMessageBytes })
   }
 
-  get pid(): number | undefined {
-    return this.#child?.pid
-  }
 
   async start(): Promise<void> {
     await new Promise<void>((resolve, reject) => {
