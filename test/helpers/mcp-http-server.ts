@@ -10,12 +10,14 @@ export interface McpHttpServer {
   url: string
   /** Request headers of every POST it got, in order. */
   headers: IncomingMessage['headers'][]
+  /** Ids of the `hang` calls that started. */
+  hanging: string[]
   /** Ids of the requests a client cancelled (notifications/cancelled reached the tool). */
   cancelled: string[]
   close(): Promise<void>
 }
 
-function buildServer(cancelled: string[]): McpServer {
+function buildServer(hanging: string[], cancelled: string[]): McpServer {
   const server = new McpServer({ name: 'test-http', version: '1.0.0' })
   server.registerTool('echo', { description: 'Echoes the text', inputSchema: { text: z.string() } }, async ({ text }) => ({
     content: [{ type: 'text', text }]
@@ -35,6 +37,7 @@ function buildServer(cancelled: string[]): McpServer {
     return { content: [{ type: 'text', text: `counted ${steps}` }] }
   })
   server.registerTool('hang', { description: 'Never answers', inputSchema: {} }, async (_args, extra) => {
+    hanging.push(String(extra.requestId))
     await new Promise<void>((resolve) => extra.signal.addEventListener('abort', () => resolve()))
     cancelled.push(String(extra.requestId))
     return { content: [] }
@@ -46,6 +49,7 @@ function buildServer(cancelled: string[]): McpServer {
 export async function startMcpHttpServer(): Promise<McpHttpServer> {
   const transports = new Map<string, StreamableHTTPServerTransport>()
   const headers: IncomingMessage['headers'][] = []
+  const hanging: string[] = []
   const cancelled: string[] = []
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
@@ -64,7 +68,7 @@ export async function startMcpHttpServer(): Promise<McpHttpServer> {
       created.onclose = () => {
         if (created.sessionId) transports.delete(created.sessionId)
       }
-      await buildServer(cancelled).connect(created)
+      await buildServer(hanging, cancelled).connect(created)
       transport = created
     }
     await transport.handleRequest(req, res)
@@ -81,6 +85,7 @@ export async function startMcpHttpServer(): Promise<McpHttpServer> {
   return {
     url: `http://127.0.0.1:${port}/mcp`,
     headers,
+    hanging,
     cancelled,
     async close() {
       for (const transport of transports.values()) await transport.close().catch(() => undefined)

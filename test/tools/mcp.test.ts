@@ -328,9 +328,11 @@ t.test('a Streamable HTTP server that goes away mid-call ends the call classifie
   const http = await startMcpHttpServer()
   t.teardown(() => http.close())
   const ctx = await appWithMcp(t, { remote: { url: http.url } })
-  setTimeout(() => void http.close(), 1000)
   const started = Date.now()
-  const { toolResults } = await runCalls(ctx, { tools: ['remote__hang'], limits: { toolTimeoutMs: 20_000 } }, [{ name: 'remote__hang', arguments: {} }])
+  const running = runCalls(ctx, { tools: ['remote__hang'], limits: { toolTimeoutMs: 20_000 } }, [{ name: 'remote__hang', arguments: {} }])
+  await until(t, 'the call is running on the server', () => http.hanging.length === 1)
+  await http.close()
+  const { toolResults } = await running
   t.match(toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, detail: { reason: 'connection_lost' } })
   t.ok(Date.now() - started < 15_000, 'well before the 20 s timeout')
 })

@@ -67,6 +67,7 @@ export class McpConnection {
   #attempt: Promise<void> | undefined
   /** The client of the attempt under way, so stop() need not wait for a server that never answers. */
   #connecting: Client | undefined
+  #probing = false
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     this.config = config
@@ -121,7 +122,12 @@ export class McpConnection {
     this.#lastStderr = null
     const transport = this.#makeTransport()
     const client = new Client({ name: 'agentd', version }, { capabilities: {} })
-    client.onerror = (err) => this.#log.debug({ err }, 'MCP transport error')
+    client.onerror = (err) => {
+      this.#log.debug({ err }, 'MCP transport error')
+      // The HTTP transport reports a broken stream only here, and a call waiting on that stream
+      // would wait for its timeout: a ping decides whether the server is still there.
+      if (this.config.transport === 'http' && this.#client === client) this.#probe(client)
+    }
     client.onclose = () => this.#closed(client)
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
       if (this.#client === client) void this.#refreshTools(client).catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed'))
@@ -190,6 +196,19 @@ export class McpConnection {
       ? 'it sent a message over the size limit and was stopped'
       : 'the connection closed'
     this.#down(`${transport ? this.#describe(transport) : ''}${reason}`)
+  }
+
+  #probe(client: Client): void {
+    if (this.#probing) return
+    this.#probing = true
+    client.ping({ timeout: Math.min(this.#options.connectTimeoutMs, 10_000) }).then(
+      () => undefined,
+      (err: unknown) => {
+        if (this.#client === client) this.#abandon(`it stopped answering: ${(err as Error).message}`)
+      }
+    ).finally(() => {
+      this.#probing = false
+    })
   }
 
   /** Ends a live connection that failed a call at the network level (HTTP): the next attempt reconnects. */
