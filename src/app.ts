@@ -176,7 +176,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     await coordinator.close()
     await bus.close()
   })
-  const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, ...options.tools })
+  const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, logger: log, ...options.tools })
   const hooks = new HookRunner({ hooks: config.hooks, events, logger: log, ...(options.hookRetry ? { runEndRetry: options.hookRetry } : {}) })
   const runs = new RunManager({
     store,
@@ -217,6 +217,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     await app.agentd.drain(0)
     await tracing.shutdown()
   })
+  // MCP servers are tried once before the first request (one that fails is retried in the background) and stopped after the drain.
+  await tools.start()
+  app.addHook('onClose', async () => tools.close())
 
   for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema, ToolCallSchema]) app.addSchema(schema)
 

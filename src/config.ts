@@ -1,6 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { HooksConfigError, loadHooksFile, type HookDefinition } from './hooks/config.ts'
+import { McpConfigError, readMcpConfig, type McpServerConfig } from './tools/mcp/config.ts'
 
 const integer = (description: string, fallback: string) =>
   Type.String({ pattern: '^[0-9]+$', default: fallback, description })
@@ -76,7 +77,8 @@ export const EnvSchema = Type.Object({
     Type.String({ pattern: '^https?://', description: 'an http(s):// OTLP/HTTP traces URL (…:4318/v1/traces)' })
   ),
   OTEL_SERVICE_NAME: Type.String({ minLength: 1, default: 'agentd', description: 'a service name' }),
-  OTEL_SDK_DISABLED: boolean('true or false', 'false')
+  OTEL_SDK_DISABLED: boolean('true or false', 'false'),
+  AGENTD_MCP_CONFIG: Type.Optional(Type.String({ description: 'a path to a JSON file {"mcpServers": {...}}' }))
 })
 export type Env = Static<typeof EnvSchema>
 
@@ -125,6 +127,8 @@ export interface Config {
   hooks: readonly HookDefinition[]
   /** OpenTelemetry traces: the OTLP/HTTP traces URL (null = tracing off) and the service name. */
   tracing: { endpoint: string | null; serviceName: string }
+  /** MCP servers whose tools are offered (AGENTD_MCP_CONFIG); empty when it is unset. */
+  mcpServers: readonly McpServerConfig[]
 }
 
 /** One bad variable: what it is called, what was wrong, what form it must take. */
@@ -225,6 +229,15 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
       problems.set('AGENTD_HOOKS_CONFIG', `AGENTD_HOOKS_CONFIG=${JSON.stringify(env.AGENTD_HOOKS_CONFIG)} is invalid: ${err.message}`)
     }
   }
+  let mcpServers: McpServerConfig[] = []
+  if (env.AGENTD_MCP_CONFIG) {
+    try {
+      mcpServers = readMcpConfig(env.AGENTD_MCP_CONFIG)
+    } catch (err) {
+      if (!(err instanceof McpConfigError)) throw err
+      problems.set('AGENTD_MCP_CONFIG', err.message)
+    }
+  }
   if (problems.size > 0) throw new ConfigError([...problems.values()])
 
   const flag = (value: string) => value === 'true' || value === '1'
@@ -266,6 +279,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     tracing: {
       endpoint: tracesEndpoint(env),
       serviceName: env.OTEL_SERVICE_NAME
-    }
+    },
+    mcpServers
   })
 }

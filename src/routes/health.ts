@@ -2,11 +2,13 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ApiError, sendApiError } from '../http/errors.ts'
 import { errorResponses } from '../schemas/common.ts'
+import { McpServerStatusSchema } from '../schemas/tools.ts'
 
 const ReadySchema = Type.Object({
   status: Type.Literal('ready'),
   store: Type.String({ description: 'sqlite or postgres' }),
-  model: Type.String({ description: "'openai' for a configured provider, 'dev' for the built-in dev model" })
+  model: Type.String({ description: "'openai' for a configured provider, 'dev' for the built-in dev model" }),
+  mcp: Type.Optional(Type.Array(McpServerStatusSchema, { description: 'the MCP servers, when there are any; one that is down is reported here but does not make agentd unready' }))
 })
 
 /** GET /healthz (the process answers) and GET /readyz (it can serve: store reachable, a model provider). */
@@ -37,6 +39,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
     if (state.storeFailure) {
       return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store failed a write', { store: state.storeFailure }))
     }
-    return { status: 'ready' as const, store: store.kind, model: model.kind }
+    const mcp = app.agentd.tools.mcpStatus()
+    return { status: 'ready' as const, store: store.kind, model: model.kind, ...(mcp.length > 0 ? { mcp } : {}) }
   })
 }

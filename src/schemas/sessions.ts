@@ -31,7 +31,7 @@ export const LimitsSchema = Type.Object(
 )
 
 export const ToolSelectionSchema = Type.Array(
-  Type.Union([Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' }), ref(WebhookToolSpecSchema), ref(ClientToolSpecSchema)]),
+  Type.Union([Type.String({ pattern: '^([A-Za-z0-9_-]{1,64}|[A-Za-z0-9_-]{1,32}__\\*)$', description: 'a tool name, or <server>__* for every tool of an MCP server' }), ref(WebhookToolSpecSchema), ref(ClientToolSpecSchema)]),
   { maxItems: 64, description: 'built-in tool names and client-brought ToolSpecs; omitted = the fs_* built-ins, [] = none' }
 )
 

@@ -38,7 +38,24 @@ export const ToolSchema = Type.Object(
   {
     name: Type.String(),
     description: Type.String(),
-    parameters: Type.Record(Type.String(), Type.Unknown())
+    parameters: Type.Record(Type.String(), Type.Unknown()),
+    server: Type.Optional(Type.String({ description: 'the MCP server that offers this tool (its name is <server>__<tool>)' }))
   },
   { $id: 'Tool' }
+)
+
+/** An MCP server of AGENTD_MCP_CONFIG and how its connection is doing. */
+export const McpServerStatusSchema = Type.Object(
+  {
+    name: Type.String(),
+    transport: Type.Union([Type.Literal('stdio'), Type.Literal('http')]),
+    state: Type.Union([Type.Literal('starting'), Type.Literal('up'), Type.Literal('down'), Type.Literal('stopped')], {
+      description: 'down: not connected, retried with backoff at nextAttemptAt'
+    }),
+    tools: Type.Integer({ description: 'tools from its last listing' }),
+    lastError: Type.Union([Type.String(), Type.Null()], { description: 'why it last failed to start or went down' }),
+    restarts: Type.Integer({ description: 'connection attempts after the first' }),
+    nextAttemptAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()])
+  },
+  { title: 'McpServerStatus' }
 )

@@ -1,11 +1,13 @@
 import type { ChatCompletionTool } from 'openai/resources/chat/completions'
-import type { Logger } from 'pino'
+import { pino, type Logger } from 'pino'
 import type { Config } from '../config.ts'
 import type { ToolSpec } from '../schemas/tools.ts'
 import type { SessionRecord } from '../store/store.ts'
 import { createBuiltinTools, DEFAULT_TOOL_NAMES } from './builtin/index.ts'
 import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
+import type { McpServerStatus } from './mcp/connection.ts'
+import type { McpServers, McpServersOptions } from './mcp/servers.ts'
 import { createConcurrencyLimiter, runTool } from './runtime.ts'
 import type { ExecuteTool, SessionTool, SessionToolSet } from './tool-set.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
@@ -24,6 +26,10 @@ export interface ToolCatalogOptions {
   maxOutputBytes?: number
   /** Tool calls of one session that may run at once. */
   perSessionConcurrency?: number
+  /** Where MCP servers' state changes and stderr are logged. */
+  logger?: Logger
+  /** MCP connection limits and reconnect backoff (tests shorten them). */
+  mcp?: Partial<McpServersOptions>
 }
 
 /**
@@ -34,6 +40,9 @@ export interface ToolCatalogOptions {
 export class ToolCatalog {
   readonly defaultNames: string[] = [...DEFAULT_TOOL_NAMES]
   readonly registry: ToolRegistry
+  readonly #options: ToolCatalogOptions
+  /** The MCP servers of AGENTD_MCP_CONFIG, once start() has loaded them; undefined when there are none. */
+  #mcp: McpServers | undefined
   readonly #config: Readonly<Config>
   readonly #maxOutputBytes: number
   readonly #limiter: ReturnType<typeof createConcurrencyLimiter>
@@ -42,7 +51,11 @@ export class ToolCatalog {
     this.#config = config
     this.#maxOutputBytes = options.maxOutputBytes ?? 100_000
     this.#limiter = createConcurrencyLimiter(options.perSessionConcurrency ?? 4)
-    this.registry = new ToolRegistry({ webhook: { allowedHosts: config.webhookHosts } })
+    this.#options = options
+    this.registry = new ToolRegistry({
+      webhook: { allowedHosts: config.webhookHosts },
+      dynamic: { list: () => this.#mcp?.list() ?? [], select: (item) => this.#mcp?.select(item) }
+    })
     for (const tool of createBuiltinTools({
       bashEnabled: config.bashEnabled,
       httpFetch: { allowPrivate: false, allowedHosts: config.fetchAllowHosts },
@@ -52,14 +65,36 @@ export class ToolCatalog {
     }
   }
 
+  /** Connects the MCP servers; resolves once each has been tried (those that failed are retried in the background). */
+  async start(): Promise<void> {
+    if (this.#config.mcpServers.length === 0 || this.#mcp) return
+    // The MCP SDK is loaded only when servers are configured: it is a large share of start-up time.
+    const { McpServers } = await import('./mcp/servers.ts')
+    this.#mcp = new McpServers(this.#config.mcpServers, this.#options.logger ?? pino({ enabled: false }), this.#options.mcp)
+    await this.#mcp.start()
+  }
+
+  /** Stops the MCP servers (stdio ones with their process groups). */
+  async close(): Promise<void> {
+    await this.#mcp?.stop()
+  }
+
+  /** Each MCP server's state, for GET /v1/tools and /readyz. */
+  mcpStatus(): McpServerStatus[] {
+    return this.#mcp?.status() ?? []
+  }
+
   /** Deletes a session's workspace with its files (the session is gone). */
   async removeWorkspace(sessionId: string): Promise<void> {
     await removeWorkspace(this.#config.workspaces, sessionId)
   }
 
   /** GET /v1/tools: every server tool with its JSON Schema. */
-  list(): ToolInfo[] {
-    return this.registry.list()
+  list(): Array<ToolInfo & { server?: string }> {
+    return this.registry.list().map((info) => {
+      const server = this.#mcp?.serverOf(info.name)
+      return server === undefined ? info : { ...info, server }
+    })
   }
 
   /** Checks a session's tool selection; returns it as it will be stored (null = server defaults). */
@@ -72,9 +107,9 @@ export class ToolCatalog {
 
   /** The tools of one session, as its runs offer them to the model. */
   async resolve(session: SessionRecord): Promise<SessionToolSet> {
-    const resolved = this.registry.resolveSelection((session.tools ?? undefined) as Array<string | ToolSpec> | undefined)
-    // A stored selection was valid when the session was created; a later config change (a
-    // webhook host removed) drops that tool rather than failing every run of the session.
+    // A stored selection was valid when the session was created; a later change (a webhook host
+    // removed, an MCP server down or without that tool now) drops that tool, not the others.
+    const resolved = this.registry.resolveSelection((session.tools ?? undefined) as Array<string | ToolSpec> | undefined, { skipProblems: true })
     const tools = resolved.ok ? resolved.tools : []
     const byName = new Map<string, SessionTool>()
     const definitions: ChatCompletionTool[] = []

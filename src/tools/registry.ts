@@ -59,11 +59,26 @@ export interface ToolSelectionProblem {
 
 export type ToolSelection = { ok: true; tools: SessionTool[] } | { ok: false; problems: ToolSelectionProblem[] }
 
+/** Tools that come and go while the service runs (MCP servers), offered next to the registered ones. */
+export interface DynamicTools {
+  /** Every such tool now. */
+  list(): Tool[]
+  /** The tools one selection item names (several for a pattern); undefined when the item is none of this source's names. */
+  select(item: string): { tools: Tool[] } | { problem: string } | undefined
+}
+
+export interface ResolveOptions {
+  /** Leave out the items that cannot be resolved instead of failing (a stored selection, resolved again for a run). */
+  skipProblems?: boolean
+}
+
 export interface ToolRegistryOptions {
   /** Allowed hosts and limits of webhook tools. */
   webhook: WebhookOptions
   /** Names a session gets when it names no tools; default the fs_* built-ins (SPEC 3). */
   defaultToolNames?: readonly string[]
+  /** MCP servers' tools. */
+  dynamic?: DynamicTools
 }
 
 /** The tools this server offers, and the resolution of a session's `tools` selection against them. */
@@ -71,10 +86,12 @@ export class ToolRegistry {
   private readonly tools = new Map<string, Tool>()
   private readonly webhook: WebhookOptions
   private readonly defaultToolNames: readonly string[]
+  private readonly dynamic: DynamicTools | undefined
 
   constructor(options: ToolRegistryOptions) {
     this.webhook = options.webhook
     this.defaultToolNames = options.defaultToolNames ?? DEFAULT_TOOL_NAMES
+    this.dynamic = options.dynamic
   }
 
   /** Adds a server tool; a second tool with the same name is a programming error. */
@@ -86,17 +103,21 @@ export class ToolRegistry {
 
   /** The server tool of that name. */
   get(name: string): Tool | undefined {
-    return this.tools.get(name)
+    return this.tools.get(name) ?? this.dynamic?.list().find((tool) => tool.name === name)
   }
 
-  /** Names of every server tool, in registration order. */
+  /** Names of every server tool: registered ones in registration order, then the MCP servers' tools. */
   names(): string[] {
-    return [...this.tools.keys()]
+    return this.all().map((tool) => tool.name)
   }
 
   /** Every server tool, as GET /v1/tools shows it. */
   list(): ToolInfo[] {
-    return [...this.tools.values()].map(describeTool)
+    return this.all().map(describeTool)
+  }
+
+  private all(): Tool[] {
+    return [...this.tools.values(), ...(this.dynamic?.list() ?? [])]
   }
 
   /** The tools of a session that names none: the registered ones among the default names. */
@@ -106,10 +127,10 @@ export class ToolRegistry {
 
   /**
    * Resolves a session's `tools`: undefined → defaults(), names → registered tools, specs →
-   * webhook or client tools. Every problem is reported (unknown name, duplicate, host not
-   * allowed, unusable schema), not only the first.
+   * webhook or client tools, `<server>__*` → all tools of that MCP server. Every problem is
+   * reported (unknown name, duplicate, host not allowed, unusable schema), not only the first.
    */
-  resolveSelection(selection: readonly (string | ToolSpec)[] | undefined): ToolSelection {
+  resolveSelection(selection: readonly (string | ToolSpec)[] | undefined, options: ResolveOptions = {}): ToolSelection {
     if (selection === undefined) return { ok: true, tools: this.defaults() }
     const tools: SessionTool[] = []
     const problems: ToolSelectionProblem[] = []
@@ -121,25 +142,30 @@ export class ToolRegistry {
         problems.push(resolved.problem)
         return
       }
-      if (seen.has(resolved.tool.name)) {
-        problems.push({ field, message: `the tool name ${resolved.tool.name} is used twice` })
-        return
+      for (const tool of resolved.tools) {
+        if (seen.has(tool.name)) {
+          problems.push({ field, message: `the tool name ${tool.name} is used twice` })
+          continue
+        }
+        seen.add(tool.name)
+        tools.push(tool)
       }
-      seen.add(resolved.tool.name)
-      tools.push(resolved.tool)
     })
-    return problems.length > 0 ? { ok: false, problems } : { ok: true, tools }
+    return problems.length > 0 && !options.skipProblems ? { ok: false, problems } : { ok: true, tools }
   }
 
-  private resolveOne(item: string | ToolSpec, field: string): { tool: SessionTool } | { problem: ToolSelectionProblem } {
+  private resolveOne(item: string | ToolSpec, field: string): { tools: SessionTool[] } | { problem: ToolSelectionProblem } {
     if (typeof item === 'string') {
       const tool = this.tools.get(item)
-      if (tool) return { tool }
+      if (tool) return { tools: [tool] }
+      const dynamic = this.dynamic?.select(item)
+      if (dynamic && 'tools' in dynamic) return dynamic
+      if (dynamic) return { problem: { field, message: dynamic.problem } }
       return { problem: { field, message: `unknown tool ${item}; this server offers ${this.names().join(', ') || 'no tools'}` } }
     }
     try {
-      if (Value.Check(WebhookToolSpecSchema, item)) return { tool: createWebhookTool(item, this.webhook) }
-      if (Value.Check(ClientToolSpecSchema, item)) return { tool: createClientTool(item) }
+      if (Value.Check(WebhookToolSpecSchema, item)) return { tools: [createWebhookTool(item, this.webhook)] }
+      if (Value.Check(ClientToolSpecSchema, item)) return { tools: [createClientTool(item)] }
     } catch (err) {
       if (err instanceof ToolSpecError) return { problem: { field: `${field}.${err.field}`, message: err.reason } }
       throw err

@@ -1,0 +1,311 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
+import { ToolListChangedNotificationSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
+import type { Logger } from 'pino'
+import { version } from '../../version.ts'
+import type { Tool } from '../types.ts'
+import type { McpServerConfig } from './config.ts'
+import { resultText } from './content.ts'
+import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError } from './errors.ts'
+import { mcpToolSchema, type McpToolSchema } from './schema.ts'
+import { ProcessGroupStdioTransport } from './stdio-transport.ts'
+
+export type McpServerState = 'starting' | 'up' | 'down' | 'stopped'
+
+/** A server as GET /v1/tools and /readyz report it. */
+export interface McpServerStatus {
+  name: string
+  transport: 'stdio' | 'http'
+  state: McpServerState
+  /** Tools from its last listing (kept while it is down: a call then fails as retryable). */
+  tools: number
+  lastError: string | null
+  /** Connection attempts after the first. */
+  restarts: number
+  /** When the next connection attempt is due, while down. */
+  nextAttemptAt: string | null
+}
+
+export interface McpConnectionOptions {
+  logger: Logger
+  /** Limit of the initialize handshake and of tools/list. */
+  connectTimeoutMs: number
+  /** Reconnect delay: base × 2^(failures − 1), capped, with jitter. */
+  backoffBaseMs: number
+  backoffCapMs: number
+  /** Largest JSON-RPC line a stdio server may send. */
+  maxMessageBytes: number
+  /** After SIGTERM to a stdio server's group, how long before SIGKILL. */
+  killGraceMs: number
+}
+
+/** The request timeout the SDK applies is turned off: the tools runtime owns the deadline and aborts the signal. */
+const NO_SDK_TIMEOUT = 2 ** 31 - 1
+/** Tool names the model may call: OpenAI's function-name rule. */
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/
+
+/**
+ * One configured MCP server: connects, lists its tools as agentd tools named `<server>__<tool>`,
+ * follows tools/list_changed, and reconnects with backoff whenever the connection ends (a stdio
+ * process that died, an HTTP server that went away) until stop().
+ */
+export class McpConnection {
+  readonly config: McpServerConfig
+  readonly #options: McpConnectionOptions
+  readonly #log: Logger
+  #state: McpServerState = 'starting'
+  #client: Client | undefined
+  #transport: Transport | undefined
+  #tools: Tool[] = []
+  #lastError: string | null = null
+  #lastStderr: string | null = null
+  #failures = 0
+  #restarts = 0
+  #retryTimer: NodeJS.Timeout | undefined
+  #nextAttemptAt: number | null = null
+  #attempt: Promise<void> | undefined
+  /** The client of the attempt under way, so stop() need not wait for a server that never answers. */
+  #connecting: Client | undefined
+  #probing = false
+
+  constructor(config: McpServerConfig, options: McpConnectionOptions) {
+    this.config = config
+    this.#options = options
+    this.#log = options.logger.child({ mcpServer: config.name })
+  }
+
+  get state(): McpServerState {
+    return this.#state
+  }
+
+  /** The server's tools from its last listing; while it is down they stay offered and a call fails as `exception`, retryable. */
+  get tools(): readonly Tool[] {
+    return this.#tools
+  }
+
+  status(): McpServerStatus {
+    return {
+      name: this.config.name,
+      transport: this.config.transport,
+      state: this.#state,
+      tools: this.#tools.length,
+      lastError: this.#lastError,
+      restarts: this.#restarts,
+      nextAttemptAt: this.#nextAttemptAt === null ? null : new Date(this.#nextAttemptAt).toISOString()
+    }
+  }
+
+  /** Makes the first connection attempt; resolves when it has succeeded or failed (a failure schedules a retry, it never throws). */
+  start(): Promise<void> {
+    this.#attempt ??= this.#connect()
+    return this.#attempt
+  }
+
+  /** Ends the connection (a stdio server's whole process group) and stops reconnecting. */
+  async stop(): Promise<void> {
+    this.#state = 'stopped'
+    clearTimeout(this.#retryTimer)
+    this.#nextAttemptAt = null
+    this.#setTools([])
+    const client = this.#client
+    this.#client = undefined
+    await this.#connecting?.close().catch(() => undefined)
+    await this.#attempt?.catch(() => undefined)
+    await client?.close().catch(() => undefined)
+  }
+
+  async #connect(): Promise<void> {
+    if (this.#state === 'stopped') return
+    this.#state = 'starting'
+    this.#nextAttemptAt = null
+    this.#lastStderr = null
+    const transport = this.#makeTransport()
+    const client = new Client({ name: 'agentd', version }, { capabilities: {} })
+    client.onerror = (err) => {
+      this.#log.debug({ err }, 'MCP transport error')
+      // The HTTP transport reports a broken stream only here, and a call waiting on that stream
+      // would wait for its timeout: a ping decides whether the server is still there.
+      if (this.config.transport === 'http' && this.#client === client) this.#probe(client)
+    }
+    client.onclose = () => this.#closed(client)
+    client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+      if (this.#client === client) void this.#refreshTools(client).catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed'))
+    })
+    this.#connecting = client
+    try {
+      await client.connect(transport, { timeout: this.#options.connectTimeoutMs })
+      if (this.#stopped()) {
+        await client.close()
+        return
+      }
+      this.#client = client
+      this.#transport = transport
+      await this.#refreshTools(client)
+      this.#state = 'up'
+      this.#failures = 0
+      this.#lastError = null
+      this.#log.info({ tools: this.#tools.length }, 'MCP server up')
+    } catch (err) {
+      // Described before close(): how the process ended by itself, not the kill that follows.
+      const why = `${this.#describe(transport)}${(err as Error).message ?? String(err)}`
+      this.#client = undefined
+      await client.close().catch(() => undefined)
+      if (this.#stopped()) return
+      this.#down(why)
+    } finally {
+      this.#connecting = undefined
+      this.#attempt = undefined
+    }
+  }
+
+  /** stop() may run while an attempt awaits; a method, so the check is not narrowed away. */
+  #stopped(): boolean {
+    return this.#state === 'stopped'
+  }
+
+  #makeTransport(): Transport {
+    const config = this.config
+    if (config.transport === 'http') {
+      return new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: config.headers } })
+    }
+    return new ProcessGroupStdioTransport(config, {
+      maxMessageBytes: this.#options.maxMessageBytes,
+      killGraceMs: this.#options.killGraceMs,
+      onStderr: (line) => {
+        this.#lastStderr = line
+        this.#log.debug({ stderr: line }, 'MCP server stderr')
+      }
+    })
+  }
+
+  /** What the process's end says, for lastError (`exited with code 1: <last stderr line>: `). */
+  #describe(transport: Transport): string {
+    if (!(transport instanceof ProcessGroupStdioTransport) || !transport.exit) return ''
+    const { code, signal } = transport.exit
+    const how = signal ? `killed by ${signal}` : `exited with code ${code}`
+    return `${how}${this.#lastStderr ? ` (stderr: ${this.#lastStderr.slice(0, 300)})` : ''}: `
+  }
+
+  /** The live connection ended by itself: calls in flight were already rejected by the SDK; reconnect. */
+  #closed(client: Client): void {
+    if (this.#client !== client || this.#state === 'stopped') return
+    this.#client = undefined
+    const transport = this.#transport
+    const reason = transport instanceof ProcessGroupStdioTransport && transport.closeReason === 'message_too_large'
+      ? 'it sent a message over the size limit and was stopped'
+      : 'the connection closed'
+    this.#down(`${transport ? this.#describe(transport) : ''}${reason}`)
+  }
+
+  #probe(client: Client): void {
+    if (this.#probing) return
+    this.#probing = true
+    client.ping({ timeout: Math.min(this.#options.connectTimeoutMs, 10_000) }).then(
+      () => undefined,
+      (err: unknown) => {
+        if (this.#client === client) this.#abandon(`it stopped answering: ${(err as Error).message}`)
+      }
+    ).finally(() => {
+      this.#probing = false
+    })
+  }
+
+  /** Ends a live connection that failed a call at the network level (HTTP): the next attempt reconnects. */
+  #abandon(reason: string): void {
+    const client = this.#client
+    if (!client || this.#state === 'stopped') return
+    this.#client = undefined
+    void client.close().catch(() => undefined)
+    this.#down(reason)
+  }
+
+  #down(reason: string): void {
+    this.#state = 'down'
+    this.#lastError = reason.slice(0, 1000)
+    this.#failures++
+    const exp = Math.min(this.#options.backoffCapMs, this.#options.backoffBaseMs * 2 ** Math.min(this.#failures - 1, 20))
+    // Half fixed, half random: servers that died together do not all come back in the same instant.
+    const delay = Math.round(exp / 2 + Math.random() * (exp / 2))
+    this.#nextAttemptAt = Date.now() + delay
+    this.#log.warn({ reason: this.#lastError, retryInMs: delay }, 'MCP server down')
+    clearTimeout(this.#retryTimer)
+    this.#retryTimer = setTimeout(() => {
+      this.#restarts++
+      this.#attempt ??= this.#connect()
+    }, delay)
+    this.#retryTimer.unref()
+  }
+
+  async #refreshTools(client: Client): Promise<void> {
+    const listed: McpToolInfo[] = []
+    let cursor: string | undefined
+    do {
+      const page = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: this.#options.connectTimeoutMs })
+      listed.push(...page.tools)
+      cursor = page.nextCursor
+    } while (cursor !== undefined && listed.length < 10_000)
+    if (this.#client !== client) return
+    const tools: Tool[] = []
+    for (const info of listed) {
+      const tool = this.#adapt(info)
+      if (tool) tools.push(tool)
+    }
+    this.#setTools(tools)
+  }
+
+  #setTools(tools: Tool[]): void {
+    if (tools.length > 0 || this.#tools.length > 0) this.#log.info({ tools: tools.map((tool) => tool.name) }, 'MCP tools changed')
+    this.#tools = tools
+  }
+
+  /** An MCP tool as an agentd tool; null (with a warning) when its name or schema cannot be offered to a model. */
+  #adapt(info: McpToolInfo): Tool | null {
+    const server = this.config.name
+    const name = `${server}__${info.name.replace(/[^A-Za-z0-9_-]/g, '_')}`
+    if (!TOOL_NAME.test(name)) {
+      this.#log.warn({ tool: info.name }, `MCP tool skipped: ${name} is longer than 64 characters`)
+      return null
+    }
+    let schema: McpToolSchema
+    try {
+      schema = mcpToolSchema(name, info.inputSchema as Record<string, unknown>)
+    } catch (err) {
+      this.#log.warn({ tool: info.name, err }, 'MCP tool skipped: its inputSchema cannot be used')
+      return null
+    }
+    return {
+      name,
+      description: info.description ?? info.title ?? `${info.name} from the MCP server ${server}`,
+      parameters: schema.parameters,
+      execute: async (input, ctx) => {
+        const invalid = schema.check?.(input)
+        if (invalid) throw invalid
+        // The connection of now, not the one that listed the tool: a run may span a restart.
+        const client = this.#client
+        if (!client || this.#state !== 'up') {
+          throw serverUnavailable(server, name, this.#state, this.#lastError, this.#nextAttemptAt === null ? null : this.#nextAttemptAt - Date.now())
+        }
+        try {
+          const result = await client.callTool({ name: info.name, arguments: input as Record<string, unknown> }, undefined, {
+            signal: ctx.signal,
+            timeout: NO_SDK_TIMEOUT,
+            onprogress: (progress) => ctx.emit('progress', { ...progress })
+          })
+          const text = resultText(result)
+          return result.isError === true ? toolReportedError(name, text) : text
+        } catch (err) {
+          // The runtime reports a timeout or interrupt itself; the SDK has sent notifications/cancelled.
+          if (ctx.signal.aborted) throw err
+          const transport = this.#transport
+          if (transport instanceof ProcessGroupStdioTransport && transport.closeReason === 'message_too_large') {
+            throw messageTooLarge(server, name, this.#options.maxMessageBytes)
+          }
+          const failure = classifyCallFailure(server, name, err)
+          if (this.config.transport === 'http' && failure.errorType === 'exception') this.#abandon(failure.message)
+          throw failure
+        }
+      }
+    }
+  }
+}

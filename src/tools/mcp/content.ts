@@ -1,0 +1,41 @@
+/**
+ * Turns an MCP tool result's content blocks into text the model can read (SPEC 11). The model's
+ * tool message is text, so binary blocks are described (type, size, what was left out) rather
+ * than dropped silently or pasted as base64.
+ */
+
+type Block = { type: string; [key: string]: unknown }
+
+/** The text of a CallToolResult: its blocks in order, and its structuredContent when there is no content. */
+export function resultText(result: Record<string, unknown>): string {
+  const blocks = Array.isArray(result['content']) ? (result['content'] as Block[]) : []
+  const parts = blocks.map(describeBlock)
+  if (parts.length === 0 && result['structuredContent'] !== undefined) return JSON.stringify(result['structuredContent'])
+  return parts.join('\n')
+}
+
+function describeBlock(block: Block): string {
+  switch (block.type) {
+    case 'text':
+      return String(block['text'] ?? '')
+    case 'image':
+    case 'audio':
+      return `[${block.type}: ${String(block['mimeType'] ?? 'unknown type')}, ${base64Bytes(block['data'])} bytes; the ${block.type} itself is not shown here]`
+    case 'resource': {
+      const resource = (block['resource'] ?? {}) as Record<string, unknown>
+      const uri = String(resource['uri'] ?? '')
+      if (typeof resource['text'] === 'string') return `[resource ${uri}]\n${resource['text']}`
+      return `[resource ${uri}: ${String(resource['mimeType'] ?? 'binary')}, ${base64Bytes(resource['blob'])} bytes; binary content not shown]`
+    }
+    case 'resource_link':
+      return `[resource link: ${String(block['name'] ?? '')} ${String(block['uri'] ?? '')}${block['mimeType'] ? ` (${String(block['mimeType'])})` : ''}${block['description'] ? ` — ${String(block['description'])}` : ''}]`
+    default:
+      return `[${block.type} content; not shown]`
+  }
+}
+
+function base64Bytes(data: unknown): number {
+  if (typeof data !== 'string') return 0
+  const padding = data.endsWith('==') ? 2 : data.endsWith('=') ? 1 : 0
+  return Math.max(0, Math.floor((data.length * 3) / 4) - padding)
+}

@@ -1,0 +1,51 @@
+import { Kind, Type, TypeRegistry, type TSchema } from '@sinclair/typebox'
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
+import { ToolFailure } from '../tool-errors.ts'
+import { ToolSpecError, parametersFromJsonSchema } from '../json-schema.ts'
+
+export interface McpToolSchema {
+  /** What the model and GET /v1/tools see, and what the runtime checks the arguments against. */
+  parameters: TSchema
+  /** A whole-schema check the tool runs itself before calling the server, when the runtime's check cannot be field by field. */
+  check?: (input: unknown) => ToolFailure | null
+}
+
+/**
+ * An MCP tool's inputSchema as tool parameters. Most servers send schemas that agentd's own
+ * translation checks field by field in the runtime (with a recommendation per field); a schema it
+ * cannot translate ($ref, allOf, …) passes the runtime's check and is checked whole by Ajv, the
+ * validator the MCP SDK uses, whose message names what is wrong.
+ */
+export function mcpToolSchema(toolName: string, inputSchema: Record<string, unknown>): McpToolSchema {
+  try {
+    return { parameters: parametersFromJsonSchema(inputSchema) }
+  } catch (err) {
+    if (!(err instanceof ToolSpecError)) throw err
+  }
+  const parameters = Type.Unsafe({ ...structuredClone(inputSchema), [Kind]: CheckedByToolKind })
+  let validate: ReturnType<AjvJsonSchemaValidator['getValidator']>
+  try {
+    validate = ajv.getValidator(inputSchema)
+  } catch {
+    // A schema even Ajv cannot compile: the server checks the arguments itself (its InvalidParams answer is `validation`).
+    return { parameters }
+  }
+  return {
+    parameters,
+    check: (input) => {
+      const result = validate(input)
+      if (result.valid) return null
+      return new ToolFailure('VALIDATION_ERROR', `Invalid arguments for ${toolName}: ${result.errorMessage ?? 'they do not match its schema'}.`, {
+        reason: 'schema', errors: result.errorMessage
+      }, {
+        recommendations: [`Call ${toolName} again with arguments that match its parameters schema; read the schema's allOf/anyOf parts and $defs carefully.`]
+      })
+    }
+  }
+}
+
+const CheckedByToolKind = 'AgentdCheckedByTool'
+const ajv = new AjvJsonSchemaValidator()
+
+// The runtime's check passes these through; the tool's own Ajv check (above) runs in execute.
+TypeRegistry.Set(CheckedByToolKind, () => true)

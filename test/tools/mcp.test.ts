@@ -1,0 +1,338 @@
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t from 'tap'
+import type { McpServersOptions } from '../../src/tools/mcp/servers.ts'
+import { buildTestApp, tempDir, type TapTest, type TestApp } from '../helpers/app.ts'
+import { startMcpHttpServer } from '../helpers/mcp-http-server.ts'
+import type { StreamedEvent } from '../helpers/sse.ts'
+
+const everything = new URL('../../node_modules/@modelcontextprotocol/server-everything/dist/index.js', import.meta.url).pathname
+const misbehaving = new URL('../fixtures/mcp/misbehaving-server.ts', import.meta.url).pathname
+const fast: Partial<McpServersOptions> = { backoffBaseMs: 50, backoffCapMs: 200, connectTimeoutMs: 30_000, killGraceMs: 500 }
+
+/** The app with these MCP servers in its AGENTD_MCP_CONFIG file. */
+async function appWithMcp(t: TapTest, servers: Record<string, unknown>, options: { mcp?: Partial<McpServersOptions>; env?: Record<string, string> } = {}): Promise<TestApp> {
+  const file = join(tempDir(t), 'mcp.json')
+  writeFileSync(file, JSON.stringify({ mcpServers: servers }))
+  return buildTestApp(t, { env: { AGENTD_MCP_CONFIG: file, ...options.env }, app: { tools: { mcp: { ...fast, ...options.mcp } } } })
+}
+
+/** The misbehaving fixture server over stdio; its log file records cancellations and pids. */
+function fixture(t: TapTest, env: Record<string, string> = {}) {
+  const log = join(tempDir(t), 'fixture.log')
+  writeFileSync(log, '')
+  return { log, entry: { command: process.execPath, args: [misbehaving], env: { MCP_FIXTURE_LOG: log, ...env } } }
+}
+
+/** Runs one message whose first model answer makes these calls; returns the run, its events and the tool results the model got. */
+async function runCalls(ctx: TestApp, sessionBody: object, calls: Array<{ name: string; arguments: unknown }>) {
+  const { app, devModel } = ctx
+  const created = await app.inject({ method: 'POST', url: '/v1/sessions', payload: sessionBody })
+  if (created.statusCode !== 201) throw new Error(`session not created: ${created.body}`)
+  const session = created.json()
+  devModel.script({ toolCalls: calls as never }, { text: 'all done' })
+  const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'use the tools' } })).json()
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  const last = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
+  const toolResults = last.messages.filter((m) => m.role === 'tool').map((m) => parsed(m.content))
+  return { session, run: res.run, events, toolResults }
+}
+
+/** A tool message's content: JSON for objects (errors), the text itself for a text result. */
+function parsed(content: string): unknown {
+  try {
+    return JSON.parse(content)
+  } catch {
+    return content
+  }
+}
+
+async function tools(ctx: TestApp) {
+  return (await ctx.app.inject({ method: 'GET', url: '/v1/tools' })).json() as {
+    data: Array<{ name: string; server?: string; parameters: Record<string, unknown> }>
+    servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number }>
+  }
+}
+
+async function until(t: TapTest, what: string, check: () => Promise<boolean> | boolean, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
+  t.pass(what)
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+t.test('the reference server over stdio: listed with schemas, called, validated, progress, images described', async (t) => {
+  // A secret in agentd's own environment must not reach a stdio server.
+  process.env['AGENTD_TEST_SECRET'] = 'do-not-pass-on'
+  t.teardown(() => delete process.env['AGENTD_TEST_SECRET'])
+  const ctx = await appWithMcp(t, { everything: { command: process.execPath, args: [everything, 'stdio'], env: { GREETING: 'from the entry' } } })
+  const listed = await tools(ctx)
+  t.match(listed.servers, [{ name: 'everything', transport: 'stdio', state: 'up', lastError: null }])
+  const echo = listed.data.find((tool) => tool.name === 'everything__echo')
+  t.match(echo, { server: 'everything', parameters: { type: 'object', properties: { message: { type: 'string' } }, required: ['message'] } })
+  t.ok(listed.data.some((tool) => tool.name === 'fs_read' && tool.server === undefined), 'built-ins stay, without a server')
+
+  const { run, events, toolResults } = await runCalls(ctx, { tools: ['everything__*'] }, [
+    { name: 'everything__echo', arguments: { message: 'hi there' } },
+    { name: 'everything__get-sum', arguments: { a: 2, b: 3 } },
+    { name: 'everything__get-sum', arguments: { a: 'two', b: 3 } },
+    { name: 'everything__trigger-long-running-operation', arguments: { duration: 0.3, steps: 3 } },
+    { name: 'everything__get-tiny-image', arguments: {} },
+    { name: 'everything__get-resource-reference', arguments: { resourceType: 'Text', resourceId: -1 } },
+    { name: 'everything__get-env', arguments: {} }
+  ])
+  t.equal(run.status, 'completed')
+  const [echoed, sum, invalid, long, image, refused, env] = toolResults as [string, string, Record<string, unknown>, string, string, Record<string, unknown>, Record<string, string>]
+  t.match(echoed, /hi there/)
+  t.match(sum, /5/)
+  t.match(invalid, { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false })
+  t.match((invalid['recommendations'] as string[]).join(' '), /"a" must be number/, 'the failing field is named')
+  t.match(long, /completed/i)
+  t.match(image, /\[image: image\/png, \d+ bytes/, 'the image is described, not dropped')
+  t.match(env, { GREETING: 'from the entry', PATH: String }, "the server gets its entry's env and a small default one")
+  t.notOk('AGENTD_TEST_SECRET' in env, "and none of agentd's own variables")
+  t.match(refused, { ok: false, errorType: 'logical', retryable: true, error: /Invalid resourceId: -1/ }, 'an error result is logical with the server text')
+
+  const longCall = events.find((e) => e.type === 'tool:start' && e.data.call.name === 'everything__trigger-long-running-operation')?.data.call
+  const progress = events.filter((e) => e.type === 'tool:progress')
+  // The SDK drops a progress notification that arrives right before the result (its handler is
+  // removed with the request), so the last of the three may be missing.
+  t.ok(progress.length >= 2, `tool:progress events (${progress.length})`)
+  t.match(progress[0]?.data, { callId: longCall.id, name: 'everything__trigger-long-running-operation', progress: 1, total: 3 })
+  t.match(progress[1]?.data, { callId: longCall.id, progress: 2, total: 3 })
+})
+
+t.test('a session selects MCP tools by name or <server>__*, and unknown ones are a 400', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const create = (tools: unknown) => ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools } })
+  t.equal((await create(['misbehaving__echo', 'fs_read'])).statusCode, 201)
+  t.equal((await create(['misbehaving__*'])).statusCode, 201)
+  const unknown = await create(['misbehaving__nope'])
+  t.equal(unknown.statusCode, 400)
+  t.match(unknown.json().error.message, /unknown tool misbehaving__nope; the MCP server misbehaving offers .*misbehaving__echo/)
+  const noServer = await create(['nosuch__*'])
+  t.equal(noServer.statusCode, 400)
+  t.match(noServer.json().error.message, /unknown tool nosuch__\*/)
+
+  const { toolResults } = await runCalls(ctx, { tools: ['misbehaving__echo'] }, [
+    { name: 'misbehaving__echo', arguments: { text: 'one' } },
+    { name: 'misbehaving__fail', arguments: { why: 'x' } }
+  ])
+  t.equal(toolResults[0], 'one')
+  t.match(toolResults[1], { errorType: 'validation', code: 'TOOL_NOT_FOUND' }, 'only the selected tools are offered')
+})
+
+t.test('isError results are logical with the server text; content blocks become readable text', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const { toolResults, events } = await runCalls(ctx, { tools: ['misbehaving__*'] }, [
+    { name: 'misbehaving__fail', arguments: { why: 'the disk is full' } },
+    { name: 'misbehaving__mixed', arguments: {} }
+  ])
+  t.match(toolResults[0], { ok: false, errorType: 'logical', code: 'UNKNOWN', retryable: true, error: 'could not do it: the disk is full' })
+  t.match((toolResults[0] as { recommendations: string[] }).recommendations.join(' '), /misbehaving__fail ran and reported this error/)
+  t.ok(events.some((e) => e.type === 'tool:error' && e.data.error.errorType === 'logical'), 'a tool:error event')
+  t.equal(toolResults[1], [
+    'here it is',
+    '[image: image/png, 16 bytes; the image itself is not shown here]',
+    '[resource file:///notes.txt]\nnote text',
+    '[resource file:///blob.bin: application/octet-stream, 8 bytes; binary content not shown]',
+    '[resource link: more.txt file:///more.txt (text/plain)]'
+  ].join('\n'))
+})
+
+t.test('a hanging call times out as aborted and the server gets notifications/cancelled', async (t) => {
+  const { entry, log } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const started = Date.now()
+  const { toolResults, run } = await runCalls(ctx, { tools: ['misbehaving__*'], limits: { toolTimeoutMs: 300 } }, [
+    { name: 'misbehaving__hang', arguments: {} },
+    { name: 'misbehaving__echo', arguments: { text: 'still answering' } }
+  ])
+  t.ok(Date.now() - started < 5000, 'the run did not wait for the server')
+  t.equal(run.status, 'completed')
+  t.match(toolResults[0], { ok: false, errorType: 'aborted', code: 'TIMEOUT', retryable: false })
+  t.equal(toolResults[1], 'still answering', 'the connection is still usable')
+  await until(t, 'the server saw the cancellation', () => /cancelled \d+/.test(readFileSync(log, 'utf8')))
+})
+
+t.test('an interrupt cancels the MCP request and ends the call as aborted', async (t) => {
+  const { entry, log } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const { app, devModel } = ctx
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['misbehaving__hang'] } })).json()
+  devModel.script({ toolCalls: [{ name: 'misbehaving__hang', arguments: {} }] as never }, { text: 'unused' })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'hang' } })
+  const events = async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  await until(t, 'the server is running the call', () => /hanging \d+/.test(readFileSync(log, 'utf8')))
+  const interrupted = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })
+  t.equal(interrupted.statusCode, 202)
+  await until(t, 'the run is done', async () => (await events()).some((e) => e.type === 'done'))
+  const end = (await events()).find((e) => e.type === 'tool:end')
+  t.match(end?.data.call, { name: 'misbehaving__hang', state: 'sealed', error: { errorType: 'aborted' } })
+  await until(t, 'the server saw the cancellation', () => /cancelled \d+/.test(readFileSync(log, 'utf8')))
+})
+
+t.test('a server killed mid-call: exception, retryable, with a recommendation; restarted with backoff', async (t) => {
+  const { entry, log } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry }, { mcp: { backoffBaseMs: 1500, backoffCapMs: 1500 } })
+  const { toolResults, run } = await runCalls(ctx, { tools: ['misbehaving__*'] }, [
+    { name: 'misbehaving__die', arguments: {} },
+    { name: 'misbehaving__echo', arguments: { text: 'while down' } }
+  ])
+  t.equal(run.status, 'completed', 'the run goes on')
+  t.match(toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, detail: { reason: 'connection_lost', server: 'misbehaving' } })
+  t.match((toolResults[0] as { recommendations: string[] }).recommendations.join(' '), /retry misbehaving__die/)
+  t.match(toolResults[1], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, detail: { reason: 'server_unavailable', state: 'down' } })
+  t.match((toolResults[1] as { recommendations: string[] }).recommendations.join(' '), /restarts the MCP server "misbehaving" by itself/)
+
+  const down = await tools(ctx)
+  t.match(down.servers, [{ name: 'misbehaving', state: 'down', lastError: /exited with code 7/ }])
+  t.ok(down.data.some((tool) => tool.name === 'misbehaving__echo'), 'its tools stay listed while it is down')
+  const ready = await ctx.app.inject({ method: 'GET', url: '/readyz' })
+  t.equal(ready.statusCode, 200, 'an MCP server down does not make agentd unready')
+  t.match(ready.json().mcp, [{ name: 'misbehaving', state: 'down' }])
+
+  await until(t, 'the server is restarted', async () => (await tools(ctx)).servers[0]?.state === 'up')
+  t.match((await tools(ctx)).servers[0], { restarts: 1, lastError: null })
+  t.equal(readFileSync(log, 'utf8').match(/started/g)?.length, 2, 'a second process was started')
+  const again = await runCalls(ctx, { tools: ['misbehaving__echo'] }, [{ name: 'misbehaving__echo', arguments: { text: 'back' } }])
+  t.equal(again.toolResults[0], 'back')
+})
+
+t.test('a server that floods: a large result is cut with a note, an endless line stops the server', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry }, { mcp: { maxMessageBytes: 1024 * 1024 } })
+  const { toolResults, run } = await runCalls(ctx, { tools: ['misbehaving__*'], limits: { toolTimeoutMs: 10_000 } }, [
+    { name: 'misbehaving__big', arguments: { bytes: 300_000 } },
+    { name: 'misbehaving__flood_stdout', arguments: {} }
+  ])
+  t.equal(run.status, 'completed')
+  const big = toolResults[0] as string
+  t.ok(big.length < 101_000, `cut to the output cap (${big.length} characters)`)
+  t.match(big, /\[output truncated: showing the first \d+ of 300000 bytes\]$/)
+  t.match(toolResults[1], { ok: false, code: 'OUTPUT_TOO_LARGE', errorType: 'runtime', detail: { reason: 'message_too_large' } })
+  await until(t, 'the server is back after being stopped', async () => (await tools(ctx)).servers[0]?.state === 'up')
+})
+
+t.test('the tool list follows notifications/tools/list_changed', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  t.notOk((await tools(ctx)).data.some((tool) => tool.name === 'misbehaving__added'))
+  await runCalls(ctx, { tools: ['misbehaving__add_tool'] }, [{ name: 'misbehaving__add_tool', arguments: {} }])
+  await until(t, 'the new tool is listed', async () => (await tools(ctx)).data.some((tool) => tool.name === 'misbehaving__added'))
+  const { toolResults } = await runCalls(ctx, { tools: ['misbehaving__added'] }, [{ name: 'misbehaving__added', arguments: {} }])
+  t.equal(toolResults[0], 'I am new')
+})
+
+t.test('closing the app stops a stdio server with its whole process group', async (t) => {
+  const { entry, log } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  await runCalls(ctx, { tools: ['misbehaving__spawn_child'] }, [{ name: 'misbehaving__spawn_child', arguments: {} }])
+  const text = readFileSync(log, 'utf8')
+  const serverPid = Number(/started (\d+)/.exec(text)?.[1])
+  const childPid = Number(/child (\d+)/.exec(text)?.[1])
+  t.ok(alive(serverPid) && alive(childPid), 'server and its child run')
+  await ctx.app.close()
+  await until(t, 'both are gone', () => !alive(serverPid) && !alive(childPid), 5000)
+})
+
+t.test('a server that fails to start or hangs at start does not stop agentd; it shows as down and is retried', async (t) => {
+  const ctx = await appWithMcp(t, {
+    broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },
+    missing: { command: '/nonexistent/mcp-server' },
+    silent: { command: process.execPath, args: ['-e', 'setInterval(() => {}, 1000)'] },
+    nowhere: { url: 'http://127.0.0.1:1/mcp' }
+  }, { mcp: { connectTimeoutMs: 5000, backoffBaseMs: 100, backoffCapMs: 400 } })
+  const { servers } = await tools(ctx)
+  // A retry may be under way already (state starting); lastError stays until one succeeds.
+  t.match(servers, [
+    { name: 'broken', state: /down|starting/, lastError: /exited with code 3 \(stderr: no API token given\)/ },
+    { name: 'missing', state: /down|starting/, lastError: /ENOENT/ },
+    { name: 'silent', state: /down|starting/, lastError: /timed out/i },
+    { name: 'nowhere', transport: 'http', state: /down|starting/, lastError: /fetch failed|ECONNREFUSED/ }
+  ])
+  const ready = await ctx.app.inject({ method: 'GET', url: '/readyz' })
+  t.equal(ready.statusCode, 200)
+  t.equal(ready.json().mcp.length, 4)
+  await until(t, 'each is retried', async () => (await tools(ctx)).servers.every((s) => s.restarts >= 1), 30_000)
+  t.equal((await ctx.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+  const closing = Date.now()
+  await ctx.app.close()
+  t.ok(Date.now() - closing < 4000, 'closing does not wait for a server that never answers')
+})
+
+t.test('a Streamable HTTP server: headers, results, errors, progress, cancellation, unreachable', async (t) => {
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url, headers: { authorization: 'Bearer remote-secret' } } })
+  const listed = await tools(ctx)
+  t.match(listed.servers, [{ name: 'remote', transport: 'http', state: 'up' }])
+  t.same(listed.data.filter((tool) => tool.server === 'remote').map((tool) => tool.name).sort(), ['remote__countdown', 'remote__echo', 'remote__fail', 'remote__hang'])
+  t.equal(http.headers[0]?.authorization, 'Bearer remote-secret', 'the configured headers are sent')
+
+  const { toolResults, events } = await runCalls(ctx, { tools: ['remote__*'], limits: { toolTimeoutMs: 500 } }, [
+    { name: 'remote__echo', arguments: { text: 'over http' } },
+    { name: 'remote__fail', arguments: {} },
+    { name: 'remote__countdown', arguments: { steps: 2 } },
+    { name: 'remote__hang', arguments: {} }
+  ])
+  t.equal(toolResults[0], 'over http')
+  t.match(toolResults[1], { errorType: 'logical', error: 'the upstream system said no' })
+  t.equal(toolResults[2], 'counted 2')
+  t.match(events.filter((e) => e.type === 'tool:progress').map((e) => e.data), [
+    { name: 'remote__countdown', progress: 1, total: 2, message: 'step 1' },
+    { name: 'remote__countdown', progress: 2, total: 2, message: 'step 2' }
+  ])
+  t.match(toolResults[3], { errorType: 'aborted', code: 'TIMEOUT' })
+  await until(t, 'the server saw the cancellation', () => http.cancelled.length === 1)
+
+  await http.close()
+  const gone = await runCalls(ctx, { tools: ['remote__echo'] }, [{ name: 'remote__echo', arguments: { text: 'anyone?' } }])
+  t.match(gone.toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true })
+  await until(t, 'the server shows as down', async () => (await tools(ctx)).servers[0]?.state !== 'up')
+})
+
+t.test('JSON-RPC errors are classified by code; a schema with allOf is still checked', async (t) => {
+  const jsonrpc = new URL('../fixtures/mcp/jsonrpc-server.ts', import.meta.url).pathname
+  const ctx = await appWithMcp(t, { rpc: { command: process.execPath, args: [jsonrpc] } })
+  const { toolResults, run } = await runCalls(ctx, { tools: ['rpc__*'] }, [
+    { name: 'rpc__invalid_params', arguments: {} },
+    { name: 'rpc__no_method', arguments: {} },
+    { name: 'rpc__internal', arguments: {} },
+    { name: 'rpc__merge', arguments: { a: 'x' } },
+    { name: 'rpc__merge', arguments: { a: 'x', b: 2 } }
+  ])
+  t.equal(run.status, 'completed')
+  t.match(toolResults[0], { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, error: /JSON-RPC error -32602: .*path must be absolute/, detail: { jsonRpcCode: -32602 } })
+  t.match(toolResults[1], { errorType: 'runtime', code: 'CONFIG_ERROR', retryable: false, detail: { jsonRpcCode: -32601 } })
+  t.match(toolResults[2], { errorType: 'runtime', code: 'UNKNOWN', retryable: true, error: /database connection lost/ })
+  t.match(toolResults[3], { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, error: /Invalid arguments for rpc__merge: .*'b'/ }, 'checked by agentd before the server sees it')
+  t.same(toolResults[4], { a: 'x', b: 2 }, 'valid arguments reach the server')
+  t.equal((await tools(ctx)).servers[0]?.state, 'up', 'a JSON-RPC error does not take the server down')
+})
+
+t.test('a Streamable HTTP server that goes away mid-call ends the call classified, before its timeout', async (t) => {
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  const started = Date.now()
+  const running = runCalls(ctx, { tools: ['remote__hang'], limits: { toolTimeoutMs: 20_000 } }, [{ name: 'remote__hang', arguments: {} }])
+  await until(t, 'the call is running on the server', () => http.hanging.length === 1)
+  await http.close()
+  const { toolResults } = await running
+  t.match(toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, detail: { reason: 'connection_lost' } })
+  t.ok(Date.now() - started < 15_000, 'well before the 20 s timeout')
+})
