@@ -14,6 +14,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/healthz', {
     schema: {
       tags: ['health'],
+      operationId: 'checkLiveness',
       summary: 'Liveness: the process is up and its event loop answers',
       response: { 200: Type.Object({ status: Type.Literal('ok') }) }
     }
@@ -22,6 +23,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/readyz', {
     schema: {
       tags: ['health'],
+      operationId: 'checkReadiness',
       summary: 'Readiness: the store answers and a model provider (or the dev model) is set up',
       response: { 200: ReadySchema, ...errorResponses(503) }
     }

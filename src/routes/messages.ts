@@ -18,6 +18,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
+      operationId: 'sendMessage',
       summary: 'Send a message: starts a run (202), or waits for it (?wait=true), or streams its events (Accept: text/event-stream)',
       params: SessionParamsSchema,
       querystring: PostMessageQuerySchema,
@@ -57,6 +58,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
+      operationId: 'listMessages',
       summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order',
       params: SessionParamsSchema,
       response: { 200: MessageListSchema, ...errorResponses(400, 401, 404, 429, 500, 503) }
@@ -69,6 +71,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/runs/:runId', {
     schema: {
       tags: ['messages'],
+      operationId: 'getRun',
       summary: 'Get a run',
       params: RunParamsSchema,
       response: { 200: ref(RunSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
@@ -83,6 +86,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/interrupt', {
     schema: {
       tags: ['messages'],
+      operationId: 'interruptRun',
       summary: 'Cancel the active run; answers once it has stopped',
       params: SessionParamsSchema,
       response: { 202: ref(RunSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
@@ -96,6 +100,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/approvals/:callId', {
     schema: {
       tags: ['messages'],
+      operationId: 'decideApproval',
       summary: 'Allow or deny a tool call that waits for approval',
       params: CallParamsSchema,
       body: ApprovalBodySchema,
@@ -110,6 +115,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/tool-results/:callId', {
     schema: {
       tags: ['messages'],
+      operationId: 'submitToolResult',
       summary: 'Deliver the result of a client-side tool call',
       params: CallParamsSchema,
       body: ToolResultBodySchema,

@@ -8,6 +8,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/tools', {
     schema: {
       tags: ['tools'],
+      operationId: 'listTools',
       summary: 'The tools this server offers, each with its JSON Schema',
       response: { 200: Type.Object({ data: Type.Array(ref(ToolSchema)) }), ...errorResponses(401, 429, 500, 503) }
     }
