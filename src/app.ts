@@ -16,11 +16,13 @@ import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
+import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
 import { sessionRoutes } from './routes/sessions.ts'
+import { streamTokenRoutes } from './routes/stream-tokens.ts'
 import { toolRoutes } from './routes/tools.ts'
 import { ClientToolSpecSchema, ToolSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
 import { eventSchemas } from './schemas/events.ts'
@@ -101,7 +103,16 @@ export const REDACT_PATHS = [
 /** Every pino logger the app builds redacts secrets, in production and in tests alike. */
 function withRedaction(logger: FastifyServerOptions['logger']): FastifyServerOptions['logger'] {
   if (!logger || typeof logger !== 'object') return logger
-  return { ...logger, redact: { paths: REDACT_PATHS, censor: '[redacted]' } }
+  return {
+    ...logger,
+    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    // Fastify's own request serializer, with stream tokens (?token=, a credential) taken out of the URL.
+    serializers: {
+      req: (req: FastifyRequest) => ({
+        method: req.method, url: redactStreamToken(req.url), host: req.host, remoteAddress: req.ip, remotePort: req.socket?.remotePort
+      })
+    }
+  }
 }
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
@@ -236,10 +247,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const openPaths = [...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
   await app.register(openApiPlugin, { version, publicPaths: ['/healthz', '/readyz', ...openPaths] })
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
-  await app.register(authPlugin, {
-    apiKeys: config.apiKeys,
-    openPaths
-  })
+  const streamTokens = new StreamTokens(config.apiKeys)
+  await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths, streamTokens })
 
   await app.register(idempotencyPlugin, {
     store,
@@ -260,6 +269,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(sessionRoutes)
   await app.register(messageRoutes)
   await app.register(eventRoutes)
+  await app.register(streamTokenRoutes, { tokens: streamTokens })
   await app.register(toolRoutes)
 
   // Runs a previous process left unfinished are ended or queued again before any request.
