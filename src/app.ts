@@ -25,7 +25,7 @@ import { sessionRoutes } from './routes/sessions.ts'
 import { streamTokenRoutes } from './routes/stream-tokens.ts'
 import { toolRoutes } from './routes/tools.ts'
 import { ClientToolSpecSchema, ToolSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
-import { eventSchemas } from './schemas/events.ts'
+import { EventSchema } from './schemas/events.ts'
 import { MessageSchema, RunSchema } from './schemas/messages.ts'
 import { SessionSchema } from './schemas/sessions.ts'
 import { openStore } from './store/index.ts'
@@ -240,7 +240,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // Without a drain first (tests, embedders): runs are interrupted at once.
   app.addHook('onClose', async () => app.agentd.drain(0))
 
-  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, ...eventSchemas]) app.addSchema(schema)
+  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema]) app.addSchema(schema)
 
   await app.register(requestIdPlugin)
   await app.register(errorEnvelopePlugin)

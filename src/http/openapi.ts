@@ -3,6 +3,7 @@ import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { ClassifiedErrorSchema, ErrorEnvelopeSchema, UsageSchema } from '../schemas/common.ts'
+import { eventDocumentSchemas } from '../schemas/events.ts'
 
 /** Schemas shared by many routes: registered once, referenced by $id, shown as OpenAPI components. */
 export const sharedSchemas = [UsageSchema, ClassifiedErrorSchema, ErrorEnvelopeSchema]
@@ -56,13 +57,15 @@ function bodyIsOptional(schema: JsonObject | undefined, doc: JsonObject): boolea
 }
 
 /**
- * What @fastify/swagger cannot say from route schemas alone: the headers of every operation,
- * which operations need no key, and which bodies may be left out (it marks every body required;
- * the routes with an all-optional body treat a missing one as `{}`).
+ * What @fastify/swagger cannot say from route schemas alone: the Event union (the routes
+ * serialise events with a lighter schema), the headers of every operation, which operations need
+ * no key, and which bodies may be left out (it marks every body required; the routes with an
+ * all-optional body treat a missing one as `{}`).
  */
 export function finishDocument(doc: JsonObject, publicPaths: ReadonlySet<string>): JsonObject {
   doc.components.parameters = components.parameters
   doc.components.headers = components.headers
+  Object.assign(doc.components.schemas, eventDocumentSchemas())
   for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, JsonObject>>)) {
     const isPublic = publicPaths.has(path)
     for (const [method, op] of Object.entries(methods)) {

@@ -4,7 +4,7 @@ import { ClassifiedErrorSchema, ref, StringEnum, UsageSchema } from './common.ts
 import { RunStatusSchema } from './messages.ts'
 
 /** SPEC 4: a tool call as events show it. */
-export const ToolCallSnapshotSchema = Type.Object(
+const ToolCallSnapshotSchema = Type.Object(
   {
     id: Type.String(),
     name: Type.String(),
@@ -59,7 +59,7 @@ const ToolProgressEventSchema = eventOf(
 )
 
 /** Every event type agentd emits, one schema each (SPEC 4). */
-export const eventTypeSchemas = [
+const eventTypeSchemas = [
   ...textBlock('text', 'the answer text'),
   ...textBlock('think', 'the reasoning the model sends'),
   eventOf('ToolStartEvent', 'progress', 'tool:start', Type.Object(call), 'a tool call starts'),
@@ -124,7 +124,7 @@ export const eventTypeSchemas = [
 const fixedTypeSchemas = eventTypeSchemas.filter((schema) => schema.$id !== ToolProgressEventSchema.$id)
 
 /** Every event whose type is a fixed name, discriminated by `type` (the discriminator mapping names each). */
-export const CoreEventSchema = Type.Unsafe<EventRecord>({
+const CoreEventSchema = Type.Unsafe<EventRecord>({
   $id: 'CoreEvent',
   oneOf: fixedTypeSchemas.map((schema) => ({ $ref: schema.$id })),
   discriminator: {
@@ -135,20 +135,47 @@ export const CoreEventSchema = Type.Unsafe<EventRecord>({
   }
 })
 
-/**
- * SPEC 4: one event. A CoreEvent, or a tool's own `tool:<kind>` progress event, whose type is
- * not a fixed name and so cannot be in a discriminator mapping. Statically it is the store's
- * EventRecord, which is what the routes send; test/schemas/events.test.ts checks real events
- * of every kind against this schema.
- */
-export const EventSchema = Type.Unsafe<EventRecord>({
+/** SPEC 4: one event. A CoreEvent, or a tool's own `tool:<kind>` progress event, whose type is not a fixed name. */
+const EventUnionSchema = Type.Unsafe<EventRecord>({
   $id: 'Event',
   description: 'One event. Clients should ignore types they do not know: new ones may be added.',
   oneOf: [{ $ref: CoreEventSchema.$id }, { $ref: ToolProgressEventSchema.$id }]
 })
 
-/** Schemas the app registers so that Event's references resolve. */
-export const eventSchemas = [ToolCallSnapshotSchema, ...eventTypeSchemas, CoreEventSchema, EventSchema]
+/**
+ * What the routes serialise an event with: its envelope, with `data` passed through as it is.
+ * The union with a data schema per type would cost every route's serializer a compile of about
+ * twenty schemas at start-up and a validation per member for every event sent, so it is only in
+ * the OpenAPI document (eventDocumentSchemas replaces this there); test/schemas/events.test.ts
+ * checks that real events of every kind match it.
+ */
+export const EventSchema = Type.Unsafe<EventRecord>(Type.Object(
+  {
+    seq: Type.Integer({ minimum: 1 }),
+    sessionId: Type.String(),
+    runId: Type.Union([Type.String(), Type.Null()]),
+    channel: Type.String(),
+    type: Type.String(),
+    at: Type.String(),
+    requestId: Type.Union([Type.String(), Type.Null()]),
+    data: Type.Object({}, { additionalProperties: true })
+  },
+  { $id: 'Event' }
+))
+
+/**
+ * The event schemas as OpenAPI components: ToolCallSnapshot, one schema per type, CoreEvent and
+ * the Event union, with their references pointing into components.
+ */
+export function eventDocumentSchemas(): Record<string, unknown> {
+  const schemas = [ToolCallSnapshotSchema, ...eventTypeSchemas, CoreEventSchema, EventUnionSchema]
+  const toComponentRefs = (_key: string, value: unknown) =>
+    typeof value === 'string' && _key === '$ref' && !value.startsWith('#') ? `#/components/schemas/${value}` : value
+  return Object.fromEntries(schemas.map((schema) => {
+    const { $id, ...rest } = JSON.parse(JSON.stringify(schema, toComponentRefs)) as Record<string, unknown>
+    return [String($id), rest]
+  }))
+}
 
 export const EventsQuerySchema = Type.Object(
   {

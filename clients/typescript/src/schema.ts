@@ -386,6 +386,8 @@ export interface components {
             startedAt: string | null;
             endedAt: string | null;
         };
+        /** @description One event. Clients should ignore types they do not know: new ones may be added. */
+        Event: components["schemas"]["CoreEvent"] | components["schemas"]["ToolProgressEvent"];
         ToolCallSnapshot: {
             id: string;
             name: string;
@@ -407,7 +409,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -428,7 +430,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -450,7 +452,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -473,7 +475,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -494,7 +496,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -516,7 +518,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -539,7 +541,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -560,7 +562,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -581,7 +583,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -603,7 +605,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /** @description tool:<kind>, a kind the tool chose */
             type: string;
@@ -625,7 +627,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "progress";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -649,7 +651,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "control";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -670,7 +672,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "control";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -694,7 +696,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "control";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -715,7 +717,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -739,7 +741,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -762,7 +764,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -785,7 +787,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -811,7 +813,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -834,7 +836,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -860,7 +862,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -885,7 +887,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -909,7 +911,7 @@ export interface components {
             seq: number;
             sessionId: string;
             runId: string | null;
-            /** @enum {string} */
+            /** @constant */
             channel: "monitor";
             /**
              * @description discriminator enum property added by openapi-typescript
@@ -929,8 +931,6 @@ export interface components {
             };
         };
         CoreEvent: components["schemas"]["TextChunkStartEvent"] | components["schemas"]["TextChunkEvent"] | components["schemas"]["TextChunkEndEvent"] | components["schemas"]["ThinkChunkStartEvent"] | components["schemas"]["ThinkChunkEvent"] | components["schemas"]["ThinkChunkEndEvent"] | components["schemas"]["ToolStartEvent"] | components["schemas"]["ToolEndEvent"] | components["schemas"]["ToolErrorEvent"] | components["schemas"]["DoneEvent"] | components["schemas"]["PermissionRequiredEvent"] | components["schemas"]["PermissionDecidedEvent"] | components["schemas"]["ToolResultRequiredEvent"] | components["schemas"]["StateChangedEvent"] | components["schemas"]["StepCompleteEvent"] | components["schemas"]["TokenUsageEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ToolExecutedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["RunRecoveredEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["HookDecidedEvent"];
-        /** @description One event. Clients should ignore types they do not know: new ones may be added. */
-        Event: components["schemas"]["CoreEvent"] | components["schemas"]["ToolProgressEvent"];
     };
     responses: never;
     parameters: {
