@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { apiError } from '../http/errors.ts'
-import { errorResponses, ref } from '../schemas/common.ts'
+import { answer, errorResponses, ref } from '../schemas/common.ts'
 import {
   AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, MessageListSchema, PostMessageBodySchema,
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
@@ -28,7 +28,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
           description: 'The finished run (?wait=true), or its events as SSE until done (Accept: text/event-stream)',
           content: { 'application/json': { schema: FinishedSchema }, 'text/event-stream': { schema: SseSchema } }
         },
-        202: AcceptedSchema,
+        202: answer('The message and the run it started (queued, or running)', AcceptedSchema),
         ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503)
       }
     }
@@ -61,7 +61,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listMessages',
       summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order',
       params: SessionParamsSchema,
-      response: { 200: MessageListSchema, ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 200: answer('The messages, in order', MessageListSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -74,7 +74,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getRun',
       summary: 'Get a run',
       params: RunParamsSchema,
-      response: { 200: ref(RunSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 200: answer('The run', ref(RunSchema)), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -89,7 +89,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'interruptRun',
       summary: 'Cancel the active run; answers once it has stopped',
       params: SessionParamsSchema,
-      response: { 202: ref(RunSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
+      response: { 202: answer('The run, stopped (status cancelled)', ref(RunSchema)), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
     }
   }, async (request, reply) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -104,7 +104,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Allow or deny a tool call that waits for approval',
       params: CallParamsSchema,
       body: ApprovalBodySchema,
-      response: { 200: AckSchema, ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
+      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -119,7 +119,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Deliver the result of a client-side tool call',
       params: CallParamsSchema,
       body: ToolResultBodySchema,
-      response: { 200: AckSchema, ...errorResponses(400, 401, 404, 409, 413, 422, 429, 500, 503) }
+      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 413, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)

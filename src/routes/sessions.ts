@@ -3,7 +3,7 @@ import { apiError, validationError } from '../http/errors.ts'
 import { toModelToolResult } from '../agent/classify.ts'
 import { toolMessage, unansweredCalls, unfinishedCallError } from '../agent/run-execution.ts'
 import { newId } from '../ids.ts'
-import { emptyUsage, errorResponses, ref } from '../schemas/common.ts'
+import { answer, emptyUsage, errorResponses, ref } from '../schemas/common.ts'
 import {
   CreateSessionBodySchema, ForkBodySchema, ListSessionsQuerySchema, SESSION_PAGE_SIZE, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
 } from '../schemas/sessions.ts'
@@ -60,7 +60,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Create a session',
       description: 'Every field is optional; no body at all is the same as `{}`.',
       body: CreateSessionBodySchema,
-      response: { 201: ref(SessionSchema), ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503) }
+      response: { 201: answer('The new session', ref(SessionSchema)), ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503) }
     },
     preValidation: bodyDefaultsToEmpty
   }, async (request, reply) => {
@@ -107,7 +107,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'listSessions',
       summary: 'List sessions, newest first',
       querystring: ListSessionsQuerySchema,
-      response: { 200: SessionPageSchema, ...errorResponses(400, 401, 429, 500, 503) }
+      response: { 200: answer('A page of sessions, newest first', SessionPageSchema), ...errorResponses(400, 401, 429, 500, 503) }
     }
   }, async (request) => {
     const { limit = SESSION_PAGE_SIZE, cursor } = request.query
@@ -127,7 +127,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'getSession',
       summary: 'Get a session',
       params: SessionParamsSchema,
-      response: { 200: ref(SessionSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 200: answer('The session', ref(SessionSchema)), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -141,7 +141,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Fork a session: a new session with the history up to an event (default: all of it)',
       params: SessionParamsSchema,
       body: ForkBodySchema,
-      response: { 201: ref(SessionSchema), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
+      response: { 201: answer('The new session', ref(SessionSchema)), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
     },
     // No body means "fork the whole history".
     preValidation: bodyDefaultsToEmpty

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { apiError } from '../http/errors.ts'
 import { STREAM_TOKEN_MAX_TTL_MS, STREAM_TOKEN_TTL_MS, type StreamTokens } from '../http/stream-tokens.ts'
-import { errorResponses } from '../schemas/common.ts'
+import { answer, errorResponses } from '../schemas/common.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
 import { bodyDefaultsToEmpty, sessionOr404 } from './views.ts'
 
@@ -19,7 +19,7 @@ const StreamTokenSchema = Type.Object({
   token: Type.String({ description: 'pass as ?token= to GET /v1/sessions/{id}/events; a credential: keep it out of logs and history' }),
   sessionId: Type.String(),
   expiresAt: Type.String({ format: 'date-time' })
-}, { $id: 'StreamToken' })
+})
 
 /** POST /v1/sessions/{id}/stream-tokens: a short-lived token to read one session's events without Authorization. */
 export const streamTokenRoutes: FastifyPluginAsyncTypebox<{ tokens: StreamTokens }> = async (app, opts) => {
@@ -34,7 +34,7 @@ export const streamTokenRoutes: FastifyPluginAsyncTypebox<{ tokens: StreamTokens
         'and good for 5 minutes unless asked otherwise. A stream opened with it stays open past the expiry; reconnecting needs a fresh one.',
       params: SessionParamsSchema,
       body: StreamTokenBodySchema,
-      response: { 201: StreamTokenSchema, ...errorResponses(400, 401, 404, 413, 415, 422, 429, 500, 503) }
+      response: { 201: answer('The token', StreamTokenSchema), ...errorResponses(400, 401, 404, 413, 415, 422, 429, 500, 503) }
     },
     preValidation: bodyDefaultsToEmpty
   }, async (request, reply) => {

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { errorResponses, ref } from '../schemas/common.ts'
+import { answer, errorResponses, ref } from '../schemas/common.ts'
 import { ToolSchema } from '../schemas/tools.ts'
 
 /** GET /v1/tools: the tools this server offers. */
@@ -10,7 +10,7 @@ export const toolRoutes: FastifyPluginAsyncTypebox = async (app) => {
       tags: ['tools'],
       operationId: 'listTools',
       summary: 'The tools this server offers, each with its JSON Schema',
-      response: { 200: Type.Object({ data: Type.Array(ref(ToolSchema)) }), ...errorResponses(401, 429, 500, 503) }
+      response: { 200: answer('The tools', Type.Object({ data: Type.Array(ref(ToolSchema)) })), ...errorResponses(401, 429, 500, 503) }
     }
   }, async () => ({ data: app.agentd.tools.list() }))
 }

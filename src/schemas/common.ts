@@ -67,6 +67,9 @@ export function addUsage(a: Usage, b: Usage): Usage {
 /** A reference to a shared schema by its $id; app.ts registers each with addSchema, OpenAPI shows it as a component. */
 export const ref = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T>>(Type.Ref(schema.$id as string))
 
+/** A success response's schema with the description the OpenAPI document shows for it. */
+export const answer = <T extends TSchema>(description: string, schema: T) => Type.Unsafe<Static<T>>({ ...schema, description })
+
 /** The error envelope's description at one status: the catalogue's codes that answer with it. */
 const errorCodesAt = (status: number) =>
   `ErrorEnvelope; error.code is one of ${Object.entries(API_ERRORS).filter(([, e]) => e.status === status).map(([code]) => code).join(', ')}`

@@ -1025,7 +1025,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The process is up */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1052,7 +1052,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description Ready to serve */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1098,7 +1098,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description A page of sessions, newest first */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1213,7 +1213,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description The new session */
             201: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1339,7 +1339,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The session */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1536,7 +1536,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description The new session */
             201: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1672,7 +1672,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The messages, in order */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1805,7 +1805,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
-            /** @description Default Response */
+            /** @description The message and the run it started (queued, or running) */
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -1944,7 +1944,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The run */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -2041,7 +2041,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The run, stopped (status cancelled) */
             202: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -2167,7 +2167,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description Taken; the run goes on */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -2298,7 +2298,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description Taken; the run goes on */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -2555,7 +2555,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description The token */
             201: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -2684,7 +2684,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The tools */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
