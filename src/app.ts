@@ -1,6 +1,6 @@
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import type { Logger } from 'pino'
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
 import { LocalRunCoordinator } from './agent/local-run-coordinator.ts'
@@ -21,6 +21,7 @@ import { securityPlugin } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
 import { tracingPlugin } from './http/tracing.ts'
+import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
 import { eventRoutes } from './routes/events.ts'
@@ -28,6 +29,7 @@ import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
 import { sessionRoutes } from './routes/sessions.ts'
 import { toolCallRoutes } from './routes/tool-calls.ts'
+import { streamTokenRoutes } from './routes/stream-tokens.ts'
 import { toolRoutes } from './routes/tools.ts'
 import { ClientToolSpecSchema, ToolSchema, WebhookToolSpecSchema } from './schemas/tools.ts'
 import { EventSchema } from './schemas/events.ts'
@@ -106,7 +108,17 @@ export const REDACT_PATHS = [
 /** Every pino logger the app builds redacts secrets, in production and in tests alike; with tracing, lines carry the trace ID. */
 function withRedaction(logger: FastifyServerOptions['logger'], mixin?: () => object): FastifyServerOptions['logger'] {
   if (!logger || typeof logger !== 'object') return logger
-  return { ...logger, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, ...(mixin ? { mixin } : {}) }
+  return {
+    ...logger,
+    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    ...(mixin ? { mixin } : {}),
+    // Fastify's own request serializer, with stream tokens (?token=, a credential) taken out of the URL.
+    serializers: {
+      req: (req: FastifyRequest) => ({
+        method: req.method, url: redactStreamToken(req.url), host: req.host, remoteAddress: req.ip, remotePort: req.socket?.remotePort
+      })
+    }
+  }
 }
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
@@ -227,12 +239,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(tracingPlugin, { tracing })
   await app.register(errorEnvelopePlugin)
   await app.register(strictQueryPlugin)
-  await app.register(openApiPlugin, { version })
+  const openPaths = [...CONSOLE_PATHS, ...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
+  await app.register(openApiPlugin, { version, publicPaths: ['/healthz', '/readyz', ...openPaths] })
   await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
-  await app.register(authPlugin, {
-    apiKeys: config.apiKeys,
-    openPaths: [...CONSOLE_PATHS, ...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
-  })
+  const streamTokens = new StreamTokens(config.apiKeys)
+  await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths, streamTokens })
 
   await app.register(streamsPlugin, {
     store,
@@ -264,6 +275,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   await app.register(sessionRoutes)
   await app.register(messageRoutes)
   await app.register(eventRoutes)
+  await app.register(streamTokenRoutes, { tokens: streamTokens })
   await app.register(toolRoutes)
   await app.register(toolCallRoutes)
   await app.register(consoleRoutes)

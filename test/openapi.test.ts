@@ -1,6 +1,12 @@
+import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import t from 'tap'
+import { API_ERRORS } from '../src/http/errors.ts'
 import { renderOpenApiDocument } from '../src/openapi-document.ts'
+
+const run = promisify(execFile)
 
 t.test('openapi/openapi.json is what the app serves (run `npm run openapi` after changing a route)', async (t) => {
   const committed = readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8')
@@ -26,4 +32,89 @@ t.test('every operation has a summary, tags and an error envelope response', asy
       t.equal(schema.$ref, '#/components/schemas/ErrorEnvelope', `${name} ${status} is the envelope`)
     }
   }
+})
+
+const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
+const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, methods]) =>
+  Object.entries(methods).map(([method, op]) => ({ path, method, name: `${method.toUpperCase()} ${path}`, op }))
+)
+
+t.test('@redocly/cli lint with its recommended rules finds no error (offline)', async (t) => {
+  const bin = fileURLToPath(new URL('../node_modules/.bin/redocly', import.meta.url))
+  const document = fileURLToPath(new URL('../openapi/openapi.json', import.meta.url))
+  const { stdout } = await run(bin, ['lint', document, '--format=json', '--extends=recommended'], {
+    env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true' }, timeout: 60_000
+  }).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? '' }))
+  const report = JSON.parse(stdout) as { totals: { errors: number }; problems: Array<{ severity: string; ruleId: string; message: string }> }
+  t.same(report.problems.filter((p) => p.severity === 'error'), [], 'no error-level problem')
+  t.equal(report.totals.errors, 0)
+})
+
+t.test('the document meets SPEC 13', async (t) => {
+  t.test('every operation has a unique camelCase operationId', async (t) => {
+    const ids = operations.map(({ op }) => op.operationId)
+    for (const { name, op } of operations) t.match(op.operationId, /^[a-z][A-Za-z]+$/, `${name}: ${op.operationId}`)
+    t.equal(new Set(ids).size, ids.length, 'unique')
+    t.ok(['createSession', 'listSessions', 'sendMessage', 'streamEvents', 'createStreamToken'].every((id) => ids.includes(id)))
+  })
+
+  t.test('servers, license and bearer security; none on the probes', async (t) => {
+    t.ok(doc.servers?.[0]?.url, 'a server')
+    t.equal(doc.info.license.identifier, 'MIT')
+    t.same(doc.security, [{ bearerAuth: [] }])
+    t.equal(doc.components.securitySchemes.bearerAuth.scheme, 'bearer')
+    for (const { name, path, op } of operations) {
+      if (['/healthz', '/readyz', '/metrics'].includes(path)) t.same(op.security, [], `${name} needs no key`)
+      else t.equal(op.security, undefined, `${name} takes the global bearer security`)
+    }
+  })
+
+  t.test('enums are enum arrays, never unions of constants; the error code is the catalogue', async (t) => {
+    const unions: string[] = []
+    const walk = (node: unknown, at: string): void => {
+      if (!node || typeof node !== 'object') return
+      for (const key of ['anyOf', 'oneOf'] as const) {
+        const members = (node as Record<string, unknown>)[key]
+        if (Array.isArray(members) && members.every((m) => m && typeof m === 'object' && ('const' in m || (Array.isArray(m.enum) && m.enum.length === 1)))) unions.push(at)
+      }
+      for (const [key, value] of Object.entries(node)) walk(value, `${at}/${key}`)
+    }
+    walk(doc, '#')
+    t.same(unions, [], 'no union of constants')
+    t.same(doc.components.schemas.ErrorEnvelope.properties.error.properties.code.enum, Object.keys(API_ERRORS))
+  })
+
+  t.test('headers are documented: X-Request-Id everywhere, Idempotency-Key on POST, Retry-After on 429 and 503', async (t) => {
+    for (const { name, method, op } of operations) {
+      const params = (op.parameters as Array<{ $ref?: string }>).map((p) => p.$ref)
+      t.ok(params.includes('#/components/parameters/RequestId'), `${name} takes X-Request-Id`)
+      if (method === 'post') t.ok(params.includes('#/components/parameters/IdempotencyKey'), `${name} takes Idempotency-Key`)
+      for (const [status, response] of Object.entries(op.responses as Record<string, any>)) {
+        t.ok(response.headers['X-Request-Id'], `${name} ${status} sends X-Request-Id`)
+        if (status === '429' || status === '503') t.ok(response.headers['Retry-After'], `${name} ${status} sends Retry-After`)
+        if (method === 'post' && Number(status) < 300) t.ok(response.headers['Idempotent-Replayed'], `${name} ${status} may be a replay`)
+      }
+    }
+    t.equal(doc.components.parameters.IdempotencyKey.name, 'Idempotency-Key')
+  })
+
+  t.test('optional query parameters and bodies are optional', async (t) => {
+    const list = doc.paths['/v1/sessions'].get.parameters.find((p: any) => p.name === 'limit')
+    t.equal(list.required, false, 'GET /v1/sessions limit')
+    t.equal(doc.paths['/v1/sessions'].post.requestBody.required, false, 'POST /v1/sessions: no body is {}')
+    t.equal(doc.paths['/v1/sessions/{id}/fork'].post.requestBody.required, false, 'fork')
+    t.equal(doc.paths['/v1/sessions/{id}/stream-tokens'].post.requestBody.required, false, 'stream-tokens')
+    t.equal(doc.paths['/v1/sessions/{id}/messages'].post.requestBody.required, true, 'a message needs its content')
+  })
+
+  t.test('SSE answers declare text/event-stream; Event is one union by type with data per type', async (t) => {
+    t.ok(doc.paths['/v1/sessions/{id}/events'].get.responses['200'].content['text/event-stream'])
+    t.ok(doc.paths['/v1/sessions/{id}/messages'].post.responses['200'].content['text/event-stream'])
+    const { Event, CoreEvent, DoneEvent } = doc.components.schemas
+    t.same(Event.oneOf.map((m: any) => m.$ref), ['#/components/schemas/CoreEvent', '#/components/schemas/ToolProgressEvent'])
+    t.equal(CoreEvent.discriminator.propertyName, 'type')
+    t.equal(CoreEvent.discriminator.mapping.done, '#/components/schemas/DoneEvent')
+    t.equal(CoreEvent.oneOf.length, Object.keys(CoreEvent.discriminator.mapping).length, 'every fixed type is mapped')
+    t.same(DoneEvent.properties.data.properties.reason.enum, ['completed', 'interrupted', 'failed', 'max_steps'])
+  })
 })

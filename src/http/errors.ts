@@ -93,7 +93,10 @@ function toApiError(err: FastifyError): ApiError {
     const fields = err.validation.map((issue) => {
       const missing = issue.keyword === 'required' ? `/${String((issue.params as { missingProperty?: string }).missingProperty)}` : ''
       const path = `${err.validationContext ?? 'body'}${issue.instancePath}${missing}`.replace(/\//g, '.')
-      return { field: path, message: issue.message ?? 'is invalid', keyword: issue.keyword }
+      // ajv's enum message ("must be equal to one of the allowed values") does not say which ones.
+      const allowed = issue.keyword === 'enum' ? (issue.params as { allowedValues?: unknown[] }).allowedValues : undefined
+      const message = allowed ? `must be one of: ${allowed.join(', ')}` : (issue.message ?? 'is invalid')
+      return { field: path, message, keyword: issue.keyword }
     })
     return validationError(fields)
   }

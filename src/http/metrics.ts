@@ -134,6 +134,7 @@ export const metricsPlugin = fp(
     app.get('/metrics', {
       schema: {
         tags: ['health'],
+        operationId: 'getMetrics',
         summary: 'Prometheus metrics: runs, tool and model errors, retries, tokens, SSE streams, request latency',
         response: {
           200: {

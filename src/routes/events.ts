@@ -19,6 +19,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/events', {
     schema: {
       tags: ['events'],
+      operationId: 'streamEvents',
       summary: 'Stream the session events (SSE, resumable with Last-Event-ID or ?after), or page them as JSON',
       params: SessionParamsSchema,
       querystring: EventsQuerySchema,

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { ApiError, sendApiError } from '../http/errors.ts'
-import { errorResponses } from '../schemas/common.ts'
+import { answer, errorResponses } from '../schemas/common.ts'
 import { McpServerStatusSchema } from '../schemas/tools.ts'
 
 const ReadySchema = Type.Object({
@@ -16,16 +16,18 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/healthz', {
     schema: {
       tags: ['health'],
+      operationId: 'checkLiveness',
       summary: 'Liveness: the process is up and its event loop answers',
-      response: { 200: Type.Object({ status: Type.Literal('ok') }) }
+      response: { 200: answer('The process is up', Type.Object({ status: Type.Literal('ok') })) }
     }
   }, async () => ({ status: 'ok' as const }))
 
   app.get('/readyz', {
     schema: {
       tags: ['health'],
+      operationId: 'checkReadiness',
       summary: 'Readiness: the store answers and a model provider (or the dev model) is set up',
-      response: { 200: ReadySchema, ...errorResponses(503) }
+      response: { 200: answer('Ready to serve', ReadySchema), ...errorResponses(503) }
     }
   }, async (request, reply) => {
     const { store, model, state } = app.agentd

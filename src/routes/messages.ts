@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { snapshot } from '../agent/tool-call.ts'
 import { ApiError, apiError, validationError } from '../http/errors.ts'
-import { errorResponses, ref } from '../schemas/common.ts'
+import { answer, errorResponses, ref } from '../schemas/common.ts'
 import {
   AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, ListMessagesQuerySchema, MessageListSchema, PostMessageBodySchema,
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
@@ -28,6 +28,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
+      operationId: 'sendMessage',
       summary: 'Send a message: starts a run (202), or waits for it (?wait=true), or streams its events (Accept: text/event-stream)',
       params: SessionParamsSchema,
       querystring: PostMessageQuerySchema,
@@ -37,7 +38,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
           description: 'The finished run (?wait=true), or its events as SSE until done (Accept: text/event-stream)',
           content: { 'application/json': { schema: FinishedSchema }, 'text/event-stream': { schema: SseSchema } }
         },
-        202: AcceptedSchema,
+        202: answer('The message and the run it started (queued, or running)', AcceptedSchema),
         ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503)
       }
     }
@@ -80,10 +81,11 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/messages', {
     schema: {
       tags: ['messages'],
+      operationId: 'listMessages',
       summary: 'The conversation: user, assistant (with toolCalls) and tool messages, in order, a page at a time',
       params: SessionParamsSchema,
       querystring: ListMessagesQuerySchema,
-      response: { 200: MessageListSchema, ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 200: answer('A page of the messages, in order', MessageListSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -98,9 +100,10 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/runs/:runId', {
     schema: {
       tags: ['messages'],
+      operationId: 'getRun',
       summary: 'Get a run',
       params: RunParamsSchema,
-      response: { 200: ref(RunSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 200: answer('The run', ref(RunSchema)), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -112,9 +115,10 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/interrupt', {
     schema: {
       tags: ['messages'],
+      operationId: 'interruptRun',
       summary: 'Cancel the active run; answers once it has stopped',
       params: SessionParamsSchema,
-      response: { 202: ref(RunSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
+      response: { 202: answer('The run, stopped (status cancelled)', ref(RunSchema)), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
     }
   }, async (request, reply) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -125,10 +129,11 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/approvals/:callId', {
     schema: {
       tags: ['messages'],
+      operationId: 'decideApproval',
       summary: 'Allow or deny a tool call that waits for approval',
       params: CallParamsSchema,
       body: ApprovalBodySchema,
-      response: { 200: AckSchema, ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
+      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -139,10 +144,11 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/tool-results/:callId', {
     schema: {
       tags: ['messages'],
+      operationId: 'submitToolResult',
       summary: 'Deliver the result of a client-side tool call',
       params: CallParamsSchema,
       body: ToolResultBodySchema,
-      response: { 200: AckSchema, ...errorResponses(400, 401, 404, 409, 413, 422, 429, 500, 503) }
+      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 413, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)

@@ -3,13 +3,13 @@ import { apiError, validationError } from '../http/errors.ts'
 import { toModelToolResult } from '../tools/tool-errors.ts'
 import { unfinishedCallError } from '../agent/recovery.ts'
 import { newId } from '../ids.ts'
-import { emptyUsage, errorResponses, ref } from '../schemas/common.ts'
+import { answer, emptyUsage, errorResponses, ref } from '../schemas/common.ts'
 import {
-  CreateSessionBodySchema, ForkBodySchema, ListSessionsQuerySchema, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
+  CreateSessionBodySchema, ForkBodySchema, ListSessionsQuerySchema, SESSION_PAGE_SIZE, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
 } from '../schemas/sessions.ts'
 import type { SessionRecord } from '../store/store.ts'
 import { ToolSelectionError } from '../tools/catalog.ts'
-import { sessionOr404 } from './views.ts'
+import { bodyDefaultsToEmpty, sessionOr404 } from './views.ts'
 
 /** The public view of a stored session. */
 export function toSessionView(record: SessionRecord, defaultTools: string[]): Session {
@@ -56,10 +56,13 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions', {
     schema: {
       tags: ['sessions'],
+      operationId: 'createSession',
       summary: 'Create a session',
+      description: 'Every field is optional; no body at all is the same as `{}`.',
       body: CreateSessionBodySchema,
-      response: { 201: ref(SessionSchema), ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503) }
-    }
+      response: { 201: answer('The new session', ref(SessionSchema)), ...errorResponses(400, 401, 409, 413, 415, 422, 429, 500, 503) }
+    },
+    preValidation: bodyDefaultsToEmpty
   }, async (request, reply) => {
     const body = request.body
     const limits = body.limits ?? {}
@@ -101,12 +104,13 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions', {
     schema: {
       tags: ['sessions'],
+      operationId: 'listSessions',
       summary: 'List sessions, newest first',
       querystring: ListSessionsQuerySchema,
-      response: { 200: SessionPageSchema, ...errorResponses(400, 401, 429, 500, 503) }
+      response: { 200: answer('A page of sessions, newest first', SessionPageSchema), ...errorResponses(400, 401, 429, 500, 503) }
     }
   }, async (request) => {
-    const { limit, cursor } = request.query
+    const { limit = SESSION_PAGE_SIZE, cursor } = request.query
     const before = cursor === undefined ? undefined : decodeCursor(cursor)
     const page = await store.listSessions(request.tenant, before === undefined ? { limit: limit + 1 } : { limit: limit + 1, before })
     const data = page.slice(0, limit)
@@ -120,9 +124,10 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id', {
     schema: {
       tags: ['sessions'],
+      operationId: 'getSession',
       summary: 'Get a session',
       params: SessionParamsSchema,
-      response: { 200: ref(SessionSchema), ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 200: answer('The session', ref(SessionSchema)), ...errorResponses(400, 401, 404, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -132,15 +137,14 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post('/v1/sessions/:id/fork', {
     schema: {
       tags: ['sessions'],
+      operationId: 'forkSession',
       summary: 'Fork a session: a new session with the history up to an event (default: all of it)',
       params: SessionParamsSchema,
       body: ForkBodySchema,
-      response: { 201: ref(SessionSchema), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
+      response: { 201: answer('The new session', ref(SessionSchema)), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
     },
-    // The body is optional: no body means "fork the whole history".
-    preValidation: async (request) => {
-      request.body ??= {}
-    }
+    // No body means "fork the whole history".
+    preValidation: bodyDefaultsToEmpty
   }, async (request, reply) => {
     const source = await sessionOr404(store, request.tenant, request.params.id)
     await assertSessionCapacity(request.tenant)
@@ -171,6 +175,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete('/v1/sessions/:id', {
     schema: {
       tags: ['sessions'],
+      operationId: 'deleteSession',
       summary: 'Delete a session, cancelling its active run first',
       params: SessionParamsSchema,
       response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 404, 429, 500, 503) }

@@ -33,6 +33,7 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get('/v1/sessions/:id/tool-calls', {
     schema: {
       tags: ['sessions'],
+      operationId: 'listToolCalls',
       summary: "Audit a session's tool calls, oldest first: input, state, result or classified error, duration, run and request",
       params: SessionParamsSchema,
       querystring: ListToolCallsQuerySchema,

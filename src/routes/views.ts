@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify'
 import { apiError } from '../http/errors.ts'
 import type { Message, Run } from '../schemas/messages.ts'
 import type { MessageRecord, RunRecord, SessionRecord, Store } from '../store/store.ts'
@@ -43,6 +44,14 @@ export async function lastAssistantMessage(store: Store, sessionId: string, user
     if (!end || page.length < 500) return last
     after = end.id
   }
+}
+
+/**
+ * preValidation of routes whose body fields are all optional: no body is the same as `{}`
+ * (the OpenAPI document marks such bodies optional).
+ */
+export async function bodyDefaultsToEmpty(request: FastifyRequest): Promise<void> {
+  request.body ??= {}
 }
 
 /** True when the client asked for Server-Sent Events. */

@@ -1,4 +1,12 @@
-import { Type, type Static, type TSchema } from '@sinclair/typebox'
+import { Type, type SchemaOptions, type Static, type TSchema, type TUnsafe } from '@sinclair/typebox'
+import { API_ERRORS, type ApiErrorCode } from '../http/errors.ts'
+
+/**
+ * A string that is one of `values`, as one JSON Schema `enum` (not a union of constants): client
+ * generators turn it into an enum, and a bad value gets one error that lists the allowed ones.
+ */
+export const StringEnum = <const T extends readonly string[]>(values: T, options: SchemaOptions = {}): TUnsafe<T[number]> =>
+  Type.Unsafe<T[number]>({ ...options, type: 'string', enum: [...values] })
 
 /** Token counts, summed per model call, per run and per session. */
 export const UsageSchema = Type.Object(
@@ -11,13 +19,7 @@ export const UsageSchema = Type.Object(
 )
 export type Usage = Static<typeof UsageSchema>
 
-export const ErrorTypeSchema = Type.Union([
-  Type.Literal('validation'),
-  Type.Literal('runtime'),
-  Type.Literal('logical'),
-  Type.Literal('aborted'),
-  Type.Literal('exception')
-])
+export const ErrorTypeSchema = StringEnum(['validation', 'runtime', 'logical', 'aborted', 'exception'])
 export type ErrorType = Static<typeof ErrorTypeSchema>
 
 /** SPEC 5.1: the one shape of every tool, model and system error. */
@@ -39,7 +41,7 @@ export type ClassifiedError = Static<typeof ClassifiedErrorSchema>
 export const ErrorEnvelopeSchema = Type.Object(
   {
     error: Type.Object({
-      code: Type.String(),
+      code: StringEnum(Object.keys(API_ERRORS) as ApiErrorCode[], { description: 'what went wrong; clients branch on this, never on message' }),
       message: Type.String(),
       details: Type.Optional(Type.Record(Type.String(), Type.Unknown())),
       retryable: Type.Boolean(),
@@ -65,6 +67,13 @@ export function addUsage(a: Usage, b: Usage): Usage {
 /** A reference to a shared schema by its $id; app.ts registers each with addSchema, OpenAPI shows it as a component. */
 export const ref = <T extends TSchema>(schema: T) => Type.Unsafe<Static<T>>(Type.Ref(schema.$id as string))
 
+/** A success response's schema with the description the OpenAPI document shows for it. */
+export const answer = <T extends TSchema>(description: string, schema: T) => Type.Unsafe<Static<T>>({ ...schema, description })
+
+/** The error envelope's description at one status: the catalogue's codes that answer with it. */
+const errorCodesAt = (status: number) =>
+  `ErrorEnvelope; error.code is one of ${Object.entries(API_ERRORS).filter(([, e]) => e.status === status).map(([code]) => code).join(', ')}`
+
 /** Every response status an operation can answer with an error envelope. */
 export const errorResponses = (...statuses: number[]) =>
-  Object.fromEntries(statuses.map((status) => [status, ref(ErrorEnvelopeSchema)]))
+  Object.fromEntries(statuses.map((status) => [status, Type.Unsafe<ErrorEnvelope>({ $ref: 'ErrorEnvelope', description: errorCodesAt(status) })]))

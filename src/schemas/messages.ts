@@ -1,12 +1,12 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { ClassifiedErrorSchema, ref, UsageSchema } from './common.ts'
+import { ClassifiedErrorSchema, ref, StringEnum, UsageSchema } from './common.ts'
 
 export const MessageSchema = Type.Object(
   {
     id: Type.String(),
     sessionId: Type.String(),
     runId: Type.Union([Type.String(), Type.Null()]),
-    role: Type.Union([Type.Literal('user'), Type.Literal('assistant'), Type.Literal('tool'), Type.Literal('summary')], {
+    role: StringEnum(['user', 'assistant', 'tool', 'summary'], {
       description: 'summary: written by the model when the history outgrew the context window; it stands for earlier messages in later model calls, and they stay stored'
     }),
     content: Type.Union([Type.String(), Type.Null()]),
@@ -21,9 +21,7 @@ export const MessageSchema = Type.Object(
 )
 export type Message = Static<typeof MessageSchema>
 
-export const RunStatusSchema = Type.Union(
-  ['queued', 'running', 'awaiting_approval', 'awaiting_tool_result', 'completed', 'failed', 'cancelled'].map((s) => Type.Literal(s))
-)
+export const RunStatusSchema = StringEnum(['queued', 'running', 'awaiting_approval', 'awaiting_tool_result', 'completed', 'failed', 'cancelled'])
 
 export const RunSchema = Type.Object(
   {
@@ -45,7 +43,7 @@ export const PostMessageBodySchema = Type.Object(
   {
     content: Type.String({ minLength: 1, maxLength: 200_000 }),
     onBusy: Type.Optional(
-      Type.Union([Type.Literal('reject'), Type.Literal('enqueue'), Type.Literal('interrupt')], {
+      StringEnum(['reject', 'enqueue', 'interrupt'], {
         description: 'what to do while a run is active: reject (409 SESSION_BUSY, the default), enqueue, or interrupt it',
         default: 'reject'
       })
@@ -96,7 +94,7 @@ export const CallParamsSchema = Type.Object({
 
 export const ApprovalBodySchema = Type.Object(
   {
-    decision: Type.Union([Type.Literal('allow'), Type.Literal('deny')]),
+    decision: StringEnum(['allow', 'deny']),
     note: Type.Optional(Type.String({ maxLength: 4096 }))
   },
   { additionalProperties: false }

@@ -1,15 +1,13 @@
 import { Type, type Static } from '@sinclair/typebox'
 import { ID_PATTERN } from '../ids.ts'
-import { ref, UsageSchema } from './common.ts'
+import { ref, StringEnum, UsageSchema } from './common.ts'
 import { ClientToolSpecSchema, WebhookToolSpecSchema } from './tools.ts'
 
-export const SessionStatusSchema = Type.Union(
-  ['idle', 'running', 'awaiting_approval', 'awaiting_tool_result'].map((s) => Type.Literal(s))
-)
+export const SessionStatusSchema = StringEnum(['idle', 'running', 'awaiting_approval', 'awaiting_tool_result'])
 
 export const ApprovalSchema = Type.Object(
   {
-    mode: Type.Union([Type.Literal('auto'), Type.Literal('always'), Type.Literal('tools')], {
+    mode: StringEnum(['auto', 'always', 'tools'], {
       description: "auto: no approvals; always: every call waits; tools: the calls to the named tools wait"
     }),
     tools: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 128 }))
@@ -79,9 +77,12 @@ export const SessionParamsSchema = Type.Object({
   id: Type.String({ minLength: 1, maxLength: 64, description: 'a session ID (ses_…)' })
 })
 
+/** Sessions per page when the query names no limit. */
+export const SESSION_PAGE_SIZE = 20
+
 export const ListSessionsQuerySchema = Type.Object(
   {
-    limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: SESSION_PAGE_SIZE })),
     cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' }))
   },
   { additionalProperties: false }

@@ -1,9 +1,7 @@
 import { Type, type Static } from '@sinclair/typebox'
-import { ClassifiedErrorSchema, ref } from './common.ts'
+import { ClassifiedErrorSchema, ref, StringEnum } from './common.ts'
 
-export const ToolCallStateSchema = Type.Union(
-  ['pending', 'approval_required', 'executing', 'completed', 'failed', 'denied', 'sealed'].map((s) => Type.Literal(s))
-)
+export const ToolCallStateSchema = StringEnum(['pending', 'approval_required', 'executing', 'completed', 'failed', 'denied', 'sealed'])
 
 /** One tool call as the audit route shows it: the ToolCallSnapshot of SPEC 4 with the run and request that made it. */
 export const ToolCallSchema = Type.Object(

@@ -1,4 +1,5 @@
 import { Type, type Static } from '@sinclair/typebox'
+import { StringEnum } from './common.ts'
 
 const ToolName = Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$', description: 'the name the model calls the tool by' })
 const JsonSchemaObject = Type.Record(Type.String(), Type.Unknown(), {
@@ -48,8 +49,8 @@ export const ToolSchema = Type.Object(
 export const McpServerStatusSchema = Type.Object(
   {
     name: Type.String(),
-    transport: Type.Union([Type.Literal('stdio'), Type.Literal('http')]),
-    state: Type.Union([Type.Literal('starting'), Type.Literal('up'), Type.Literal('down'), Type.Literal('stopped')], {
+    transport: StringEnum(['stdio', 'http']),
+    state: StringEnum(['starting', 'up', 'down', 'stopped'], {
       description: 'down: not connected, retried with backoff at nextAttemptAt'
     }),
     tools: Type.Integer({ description: 'tools from its last listing' }),

@@ -93,3 +93,11 @@ t.test('an unexpected exception is a 500 without internals, logged in full', asy
   t.equal(logged.reqId, 'boom-1', 'with the request ID')
   t.match(logged.err.stack, /exploded/, 'with its stack')
 })
+
+t.test('a value outside an enum is one error that names the allowed values', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'hi', onBusy: 'queue' } })
+  t.equal(res.statusCode, 400)
+  t.same(res.json().error.details.fields, [{ field: 'body.onBusy', message: 'must be one of: reject, enqueue, interrupt', keyword: 'enum' }])
+})

@@ -56,6 +56,7 @@ t.test("a tenant cannot see or touch another tenant's session: every route answe
     { operation: 'GET /v1/sessions/{id}/events', when: 'approval', send: (base) => asB('GET', `${base}/events`, undefined, { accept: 'application/json' }) },
     { operation: 'GET /v1/sessions/{id}/events (SSE)', when: 'approval', send: (base) => asB('GET', `${base}/events`, undefined, { accept: 'text/event-stream' }) },
     { operation: 'POST /v1/sessions/{id}/fork', when: 'approval', send: (base) => asB('POST', `${base}/fork`, {}) },
+    { operation: 'POST /v1/sessions/{id}/stream-tokens', when: 'approval', send: (base) => asB('POST', `${base}/stream-tokens`) },
     { operation: 'POST /v1/sessions/{id}/interrupt', when: 'approval', send: (base) => asB('POST', `${base}/interrupt`) },
     { operation: 'POST /v1/sessions/{id}/approvals/{callId}', when: 'approval', send: (base) => asB('POST', `${base}/approvals/${callId}`, { decision: 'allow' }) },
     { operation: 'POST /v1/sessions/{id}/tool-results/{callId}', when: 'tool_result', send: (base) => asB('POST', `${base}/tool-results/${callId}`, { output: 'red' }) },

@@ -1,0 +1,175 @@
+import createClient, { type Client } from 'openapi-fetch'
+import type { components, paths } from './schema.ts'
+
+export type { components, paths }
+export type Schemas = components['schemas']
+export type Session = Schemas['Session']
+export type Run = Schemas['Run']
+export type Message = Schemas['Message']
+export type ErrorEnvelope = Schemas['ErrorEnvelope']
+
+declare const toolProgress: unique symbol
+
+/**
+ * A tool's own `tool:<kind>` progress event. Its type is branded so that comparing an event's
+ * type with a fixed name (`e.type === 'tool:start'`) never leaves this member in the union;
+ * reach it with isToolProgress(e).
+ */
+export type ToolProgressEvent = Omit<Schemas['ToolProgressEvent'], 'type'> & {
+  type: `tool:${string}` & { readonly [toolProgress]: true }
+}
+
+/** One event of a session, narrowed by `type`: `if (e.type === 'done') e.data.reason`. */
+export type AgentdEvent = Schemas['CoreEvent'] | ToolProgressEvent
+
+const FIXED_TOOL_TYPES = new Set(['tool:start', 'tool:end', 'tool:error'])
+
+/** True for a tool's own progress event (any `tool:<kind>` but start, end and error). */
+export const isToolProgress = (event: AgentdEvent): event is ToolProgressEvent =>
+  event.type.startsWith('tool:') && !FIXED_TOOL_TYPES.has(event.type)
+
+export interface ClientOptions {
+  /** Where agentd listens, e.g. http://127.0.0.1:3000 */
+  baseUrl: string
+  /** An API key from AGENTD_API_KEYS; leave out when the server has none. */
+  apiKey?: string
+  /** A fetch to use instead of the global one. */
+  fetch?: typeof globalThis.fetch
+}
+
+export interface StreamOptions {
+  sessionId: string
+  /** Start after this seq (the stream replays every stored event after it, then goes live). */
+  after?: number
+  /** End after the next `done` event. */
+  until?: 'done'
+  channels?: Array<'progress' | 'control' | 'monitor'>
+  types?: string[]
+  signal?: AbortSignal
+  /** Reconnections in a row without an event before giving up; default 5. */
+  maxReconnects?: number
+}
+
+/** A non-2xx answer, with agentd's error envelope. */
+export class AgentdError extends Error {
+  readonly status: number
+  readonly envelope: ErrorEnvelope | null
+  constructor(status: number, envelope: ErrorEnvelope | null) {
+    super(envelope ? `${envelope.error.code}: ${envelope.error.message}` : `HTTP ${status}`)
+    this.name = 'AgentdError'
+    this.status = status
+    this.envelope = envelope
+  }
+}
+
+export interface AgentdClient {
+  /**
+   * Every JSON operation, typed from the OpenAPI document (openapi-fetch). Typed for the
+   * application/json answers: the text/event-stream ones go through `events`.
+   */
+  api: Client<paths, 'application/json'>
+  /** A session's events as they come, resuming after a dropped connection from the last one received. */
+  events(options: StreamOptions): AsyncGenerator<AgentdEvent, void, undefined>
+}
+
+/** The client: `api` for the JSON operations, `events` for the SSE stream. */
+export function createAgentdClient(options: ClientOptions): AgentdClient {
+  const headers: Record<string, string> = options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {}
+  const api = createClient<paths, 'application/json'>({ baseUrl: options.baseUrl, headers, ...(options.fetch ? { fetch: options.fetch } : {}) })
+  return { api, events: (stream) => streamEvents(options, headers, stream) }
+}
+
+interface Frame {
+  id?: string
+  event?: string
+  data?: string
+  retry?: number
+}
+
+/** Splits complete frames off an SSE text buffer, per the WHATWG rules (CRLF, LF or CR line ends). */
+function takeFrames(buffer: string): { frames: Frame[]; rest: string } {
+  const blocks = buffer.replace(/\r\n?/g, '\n').split('\n\n')
+  const rest = blocks.pop() ?? ''
+  const frames = blocks.map((block) => {
+    const frame: Frame = {}
+    for (const line of block.split('\n')) {
+      if (line === '' || line.startsWith(':')) continue
+      const colon = line.indexOf(':')
+      const field = colon === -1 ? line : line.slice(0, colon)
+      const value = colon === -1 ? '' : line.slice(colon + 1).replace(/^ /, '')
+      if (field === 'data') frame.data = frame.data === undefined ? value : `${frame.data}\n${value}`
+      else if (field === 'id') frame.id = value
+      else if (field === 'event') frame.event = value
+      else if (field === 'retry' && /^\d+$/.test(value)) frame.retry = Number(value)
+    }
+    return frame
+  })
+  return { frames, rest }
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms)
+    signal?.addEventListener('abort', () => { clearTimeout(timer); resolve() }, { once: true })
+  })
+
+async function* streamEvents(client: ClientOptions, auth: Record<string, string>, options: StreamOptions): AsyncGenerator<AgentdEvent, void, undefined> {
+  const fetch = client.fetch ?? globalThis.fetch
+  const query = new URLSearchParams()
+  if (options.until) query.set('until', options.until)
+  if (options.channels?.length) query.set('channels', options.channels.join(','))
+  if (options.types?.length) query.set('types', options.types.join(','))
+  const url = `${client.baseUrl}/v1/sessions/${encodeURIComponent(options.sessionId)}/events${query.size ? `?${query}` : ''}`
+  // Resume point: sent as Last-Event-ID (not ?after, which would override it on every reconnect).
+  let lastSeq = options.after
+  let retryMs = 2000
+  let failures = 0
+  const maxReconnects = options.maxReconnects ?? 5
+
+  for (;;) {
+    let response: Response
+    try {
+      response = await fetch(url, {
+        headers: { ...auth, accept: 'text/event-stream', ...(lastSeq === undefined ? {} : { 'last-event-id': String(lastSeq) }) },
+        ...(options.signal ? { signal: options.signal } : {})
+      })
+    } catch (err) {
+      if (options.signal?.aborted || ++failures > maxReconnects) throw err
+      await sleep(retryMs, options.signal)
+      continue
+    }
+    if (!response.ok || !response.body) {
+      const envelope = (await response.json().catch(() => null)) as ErrorEnvelope | null
+      throw new AgentdError(response.status, envelope)
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
+    let buffer = ''
+    let cause: unknown = null
+    try {
+      for (;;) {
+        const { value, done } = await reader.read()
+        if (done) break
+        const { frames, rest } = takeFrames(buffer + value)
+        buffer = rest
+        for (const frame of frames) {
+          if (frame.retry !== undefined) retryMs = frame.retry
+          // Frames without data (the opening retry, pings) are not events.
+          if (frame.data === undefined || frame.event === undefined) continue
+          const event = JSON.parse(frame.data) as AgentdEvent
+          lastSeq = event.seq
+          failures = 0
+          yield event
+          if (options.until === 'done' && event.type === 'done') return
+        }
+      }
+    } catch (err) {
+      cause = err
+    } finally {
+      await reader.cancel().catch(() => {})
+    }
+    if (options.signal?.aborted) return
+    if (++failures > maxReconnects) throw cause ?? new Error(`the event stream ended ${failures} times in a row without an event`)
+    // The server ended the stream (shutdown) or the connection dropped: resume after the last event.
+    await sleep(retryMs, options.signal)
+  }
+}

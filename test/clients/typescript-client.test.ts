@@ -1,0 +1,109 @@
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { AgentdError, createAgentdClient, isToolProgress, type AgentdEvent } from '../../clients/typescript/src/index.ts'
+import { generateSchema, schemaUrl } from '../../clients/typescript/scripts/generate.ts'
+import { buildTestApp, listen } from '../helpers/app.ts'
+
+const KEY = 'key-of-tenant-a-0123456789abcdef'
+
+t.test('clients/typescript/src/schema.ts is generated from the committed document (run `npm run openapi`)', async (t) => {
+  t.equal(await generateSchema(), readFileSync(schemaUrl, 'utf8'))
+})
+
+/** A fetch that cuts the first event stream it opens after `bytes` bytes, mid-frame, as a dropped connection would. */
+function cuttingFetch(bytes: number): { fetch: typeof fetch; cuts: () => number } {
+  let cuts = 0
+  const cutting: typeof fetch = async (input, init) => {
+    const response = await fetch(input, init)
+    const isStream = response.headers.get('content-type')?.startsWith('text/event-stream')
+    if (!isStream || cuts > 0 || !response.body) return response
+    cuts++
+    let sent = 0
+    const source = response.body.getReader()
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        const { value, done } = await source.read()
+        if (done) return controller.close()
+        const room = bytes - sent
+        if (value.byteLength < room) {
+          sent += value.byteLength
+          return controller.enqueue(value)
+        }
+        controller.enqueue(value.subarray(0, room))
+        await source.cancel()
+        controller.error(new TypeError('terminated'))
+      }
+    })
+    return new Response(body, { status: response.status, headers: response.headers })
+  }
+  return { fetch: cutting, cuts: () => cuts }
+}
+
+t.test('a whole run through the generated client: create, send, stream with narrowing, resume, a 404 envelope', async (t) => {
+  const { app, devModel } = await buildTestApp(t, { env: { AGENTD_API_KEYS: `a:${KEY}` } })
+  const baseUrl = await listen(app)
+  const cut = cuttingFetch(1500)
+  const { api, events } = createAgentdClient({ baseUrl, apiKey: KEY, fetch: cut.fetch })
+
+  const created = await api.POST('/v1/sessions', { body: { tools: ['fs_list'], metadata: { from: 'typescript' } } })
+  if (!created.data) throw new Error(`create failed: ${JSON.stringify(created.error)}`)
+  const session = created.data
+  t.match(session.id, /^ses_/)
+  t.equal(session.status, 'idle')
+
+  devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: '.' } }] }, { text: 'the folder is empty', chunks: 4 })
+  const sent = await api.POST('/v1/sessions/{id}/messages', { params: { path: { id: session.id } }, body: { content: 'what is here?' } })
+  t.equal(sent.response.status, 202)
+  const runId = sent.data?.run.id
+
+  let text = ''
+  const tools: string[] = []
+  let reason: string | undefined
+  const seen: AgentdEvent[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done' })) {
+    seen.push(e)
+    // Narrowing on `type` gives each event its own data, with no cast.
+    if (e.type === 'text_chunk') text += e.data.delta
+    else if (e.type === 'tool:start') tools.push(e.data.call.name)
+    else if (e.type === 'done') {
+      reason = e.data.reason
+      // @ts-expect-error a done event has no delta: the narrowing is real
+      void e.data.delta
+    } else if (isToolProgress(e)) t.fail(`no tool reports progress here: ${e.type} ${e.data.callId}`)
+  }
+  t.equal(cut.cuts(), 1, 'the first connection was cut mid-way')
+  t.same(seen.map((e) => e.seq), seen.map((_, i) => i + 1), 'the resume after the cut lost, repeated and reordered nothing')
+  t.equal(text, 'the folder is empty')
+  t.same(tools, ['fs_list'])
+  t.equal(reason, 'completed')
+  t.equal(seen.at(-1)?.runId, runId)
+
+  t.test('resume from a seq: the stream starts right after it', async (t) => {
+    const middle = Math.floor(seen.length / 2)
+    const rest: number[] = []
+    for await (const e of events({ sessionId: session.id, after: middle, until: 'done' })) rest.push(e.seq)
+    t.same(rest, seen.slice(middle).map((e) => e.seq))
+  })
+
+  t.test('?wait=true answers with the finished run and the assistant message, typed', async (t) => {
+    devModel.script({ text: 'waited for' })
+    const { data } = await api.POST('/v1/sessions/{id}/messages', {
+      params: { path: { id: session.id }, query: { wait: true } }, body: { content: 'again' }
+    })
+    t.equal(data?.run.status, 'completed')
+    t.equal(data?.message?.content, 'waited for')
+  })
+
+  t.test('errors come back as the typed envelope', async (t) => {
+    const missing = await api.GET('/v1/sessions/{id}', { params: { path: { id: 'ses_00000000000000000000000000' } } })
+    t.equal(missing.response.status, 404)
+    t.equal(missing.error?.error.code, 'SESSION_NOT_FOUND')
+    t.equal(missing.error?.error.requestId, missing.response.headers.get('x-request-id'))
+    const failure = await events({ sessionId: 'ses_00000000000000000000000000' }).next().catch((err: unknown) => err)
+    if (!(failure instanceof AgentdError)) throw new Error(`the stream threw ${String(failure)}, not an AgentdError`)
+    t.equal(failure.status, 404)
+    t.equal(failure.envelope?.error.code, 'SESSION_NOT_FOUND')
+    const { error } = await createAgentdClient({ baseUrl }).api.GET('/v1/sessions', {})
+    t.equal(error?.error.code, 'UNAUTHORIZED', 'without the key')
+  })
+})
