@@ -1,8 +1,6 @@
 import type { FastifyInstance, FastifyReply } from 'fastify'
 import fp from 'fastify-plugin'
-import type { EventFeed } from '../events/sse.ts'
-import { StreamHub, type StreamRequest } from '../events/stream-hub.ts'
-import type { Store } from '../store/store.ts'
+import { StreamHub, type StreamHubOptions, type StreamRequest } from '../events/stream-hub.ts'
 import { ApiError } from './errors.ts'
 
 /** The SSE streams of this process, as routes and the process owner use them. */
@@ -29,18 +27,8 @@ declare module 'fastify' {
   }
 }
 
-export interface StreamsPluginOptions {
-  store: Store
-  feed: EventFeed
-  maxStreams: number
-  maxStreamsPerKey: number
-  /** How far (bytes) one reader may fall behind before it is dropped. */
-  maxBufferedBytes: number
-  /** How many unsent bytes all readers together may hold. */
-  maxTotalBufferedBytes: number
-  /** SSE keep-alive interval; SPEC default 15 s. */
-  pingIntervalMs?: number
-}
+/** The plugin takes what the hub takes. */
+export type StreamsPluginOptions = StreamHubOptions
 
 /** The stream hub as a Fastify plugin: `app.streams`, ended when the app closes. */
 export const streamsPlugin = fp(
