@@ -94,6 +94,8 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
   let held = 0
   budget.streams++
   const pending: EventRecord[] = []
+  /** Bytes of the live events waiting for the replay to finish; a reader that lets them pile up is too slow. */
+  let pendingBytes = 0
 
   const finish = () => {
     if (ended) return
@@ -149,8 +151,24 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
   }
 
   const unsubscribe = feed.subscribe(options.sessionId, (event) => {
-    if (replaying) pending.push(event)
-    else write(event)
+    if (!replaying) return write(event)
+    pending.push(event)
+    pendingBytes += eventFrame(event).length
+    if (pendingBytes > maxBuffered) {
+      res.destroy()
+      finish()
+    }
+  })
+
+  /** Resolves when the response has flushed what it holds, or has closed. */
+  const drained = () => new Promise<void>((resolve) => {
+    const done = () => {
+      res.off('drain', done)
+      res.off('close', done)
+      resolve()
+    }
+    res.on('drain', done)
+    res.on('close', done)
   })
 
   res.writeHead(200, {
@@ -179,7 +197,14 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
           ...(channels ? { channels: [...channels] } : {}),
           ...(types ? { types: [...types] } : {})
         })
-        for (const event of page) write(event)
+        // Replay is read at the reader's pace: it waits for the socket to drain instead of
+        // dropping a reader that reconnects with a large backlog (a dropped reader would come
+        // back for the same events, and never get past them).
+        for (const event of page) {
+          if (res.writableNeedDrain) await drained()
+          if (ended) break
+          write(event)
+        }
         if (ended || page.length < REPLAY_PAGE) break
       }
       // Filtered replay may stop below the session's newest seq; the pending live events fill in.

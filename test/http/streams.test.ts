@@ -147,3 +147,16 @@ t.test('readers that never read hold a bounded number of bytes in all; a reader 
   t.comment(`RSS grew by ${(rssGrowth / 1e6).toFixed(0)} MB while ${readers.length} silent readers followed ~16 MB of events each; held bytes peaked at ${(peak / 1e6).toFixed(1)} MB`)
   t.ok(rssGrowth < 400e6, 'memory stays bounded')
 })
+
+t.test('a reader that comes back for a backlog larger than its limit gets it all, at its own pace', async (t) => {
+  const { app, devModel } = await buildTestApp(t, { app: { sseMaxBufferedBytes: 256 * 1024 } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const chunk = 'y'.repeat(64 * 1024)
+  devModel.script({ text: Array.from({ length: 30 }, () => chunk).join(' '), chunks: 30 })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'big' } })
+  const stored = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data
+  const replayed = await readSse(`${base}/v1/sessions/${session.id}/events?until=done`, { timeoutMs: 10_000 })
+  t.equal(replayed.status, 200)
+  t.same(replayed.events.map((e) => e.seq), stored.map((e: { seq: number }) => e.seq), 'every stored event, though they are some 4 MB against a 256 KiB limit')
+})
