@@ -6,6 +6,7 @@ import { errorResponses } from '../schemas/common.ts'
 const ReadySchema = Type.Object({
   status: Type.Literal('ready'),
   store: Type.String({ description: 'sqlite or postgres' }),
+  owner: Type.String({ description: "this process's id, as it appears on the runs it claims (several processes share a PostgreSQL store)" }),
   model: Type.String({ description: "'openai' for a configured provider, 'dev' for the built-in dev model" })
 })
 
@@ -26,7 +27,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: ReadySchema, ...errorResponses(503) }
     }
   }, async (request, reply) => {
-    const { store, model, state } = app.agentd
+    const { store, model, state, coordinator } = app.agentd
     if (state.draining) return sendApiError(reply, new ApiError('UNAVAILABLE', 'The service is shutting down'))
     try {
       await store.ping()
@@ -37,6 +38,6 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
     if (state.storeFailure) {
       return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store failed a write', { store: state.storeFailure }))
     }
-    return { status: 'ready' as const, store: store.kind, model: model.kind }
+    return { status: 'ready' as const, store: store.kind, owner: coordinator.ownerId, model: model.kind }
   })
 }

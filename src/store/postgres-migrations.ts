@@ -126,6 +126,14 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
         PRIMARY KEY (tenant, key)
       );
       CREATE INDEX idempotency_created ON idempotency (created_at);
+
+      -- Messages between processes too large for a NOTIFY payload (8000 bytes): the
+      -- notification carries the row's id instead. Rows are deleted after a minute.
+      CREATE TABLE cluster_messages (
+        id      bigserial PRIMARY KEY,
+        payload text NOT NULL,
+        sent_at timestamptz NOT NULL DEFAULT now()
+      );
     `
   }
 ]

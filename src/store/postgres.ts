@@ -57,19 +57,20 @@ export class PostgresStore implements Store {
   readonly kind = 'postgres' as const
   readonly pool: pg.Pool
   readonly #where: string
+  readonly #clientConfig: pg.ClientConfig
   #closed = false
   #pending: PendingUnit[] = []
   #flushing: Promise<void> | null = null
 
   constructor(options: PostgresStoreOptions) {
     this.#where = describeUrl(options.connectionString)
+    this.#clientConfig = {
+      connectionString: options.connectionString,
+      connectionTimeoutMillis: 5000,
+      ...(options.options ? { options: options.options } : {})
+    }
     try {
-      this.pool = new pg.Pool({
-        connectionString: options.connectionString,
-        max: options.maxConnections ?? 10,
-        connectionTimeoutMillis: 5000,
-        ...(options.options ? { options: options.options } : {})
-      })
+      this.pool = new pg.Pool({ ...this.#clientConfig, max: options.maxConnections ?? 10 })
     } catch (err) {
       throw new StoreUnreachableError(this.#where, err)
     }
@@ -79,6 +80,11 @@ export class PostgresStore implements Store {
   /** Where the store points (host, port and database; never the password), for messages. */
   get where(): string {
     return this.#where
+  }
+
+  /** A connection of its own, outside the pool, with the pool's settings (LISTEN needs one). */
+  newClient(): pg.Client {
+    return new pg.Client(this.#clientConfig)
   }
 
   async migrate(): Promise<void> {
