@@ -259,6 +259,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   await app.register(idempotencyPlugin, {
     store,
+    // A claim outlives a holder that died (kill -9) by as long as a run's claim does.
+    leaseMs: config.runLeaseMs,
     replayStream: (request, reply, answer) => {
       app.agentd.openStream(request, reply, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
     }
