@@ -16,5 +16,6 @@ export async function openStore(config: { db: string; databaseUrl?: string | und
   }
   const store = new SqliteStore(config.db)
   await store.migrate()
+  await store.releaseOrphanedClaims()
   return store
 }

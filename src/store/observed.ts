@@ -34,7 +34,8 @@ export function observeStore(store: Store, health: StoreHealth, onFailure: (oper
           },
           (err: unknown) => {
             const code = (err as { code?: string } | null)?.code
-            if (code !== 'STORE_CLOSED') {
+            // A closed store (shutdown) or a deleted session is not the store failing.
+            if (code !== 'STORE_CLOSED' && code !== 'SESSION_GONE') {
               failures.set(operation, `${operation}: ${err instanceof Error ? err.message : String(err)}`)
               report()
               onFailure(operation, err)

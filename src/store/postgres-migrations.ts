@@ -1,6 +1,7 @@
 /**
  * Versioned schema of the PostgreSQL store. Append new versions; never edit an applied one.
- * Times are ISO-8601 text and JSON values are text, as in the SQLite store, so that both stores
+ * IDs that pages are ordered by (sessions, tool calls; time-ordered) compare byte by byte
+ * (COLLATE "C"), as in SQLite, whatever the database's collation. Times are ISO-8601 text and JSON values are text, as in the SQLite store, so that both stores
  * give back byte-identical events; only run leases use the database clock (timestamptz), since
  * several machines must agree on when a lease has expired.
  */
@@ -10,7 +11,7 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
     name: 'initial schema',
     sql: `
       CREATE TABLE sessions (
-        id            text PRIMARY KEY,
+        id            text COLLATE "C" PRIMARY KEY,
         tenant        text NOT NULL,
         created_at    text NOT NULL,
         updated_at    text NOT NULL,
@@ -86,7 +87,7 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
       CREATE INDEX runs_tenant_unfinished ON runs (tenant) WHERE status NOT IN ('completed', 'failed', 'cancelled');
 
       CREATE TABLE tool_calls (
-        id          text NOT NULL,
+        id          text COLLATE "C" NOT NULL,
         session_id  text NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
         run_id      text NOT NULL,
         step        integer NOT NULL,

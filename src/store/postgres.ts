@@ -2,8 +2,9 @@ import pg from 'pg'
 import { postgresMigrations } from './postgres-migrations.ts'
 import { unansweredCalls } from './history.ts'
 import { StoreClosedError } from './sqlite.ts'
+import { SessionGoneError } from './store.ts'
 import type {
-  EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch, RunRecord,
+  AuditedToolCall, EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch, RunRecord,
   SessionRecord, Store, StoreWrite, ToolCallRecord
 } from './store.ts'
 
@@ -272,6 +273,17 @@ export class PostgresStore implements Store {
     return rows.map(toMessage)
   }
 
+  async pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null> {
+    let pos = '0'
+    if (options.after !== undefined) {
+      const { rows } = await this.#query('SELECT pos FROM messages WHERE id = $1 AND session_id = $2', [options.after, sessionId])
+      if (!rows[0]) return null
+      pos = String(rows[0].pos)
+    }
+    const { rows } = await this.#query('SELECT * FROM messages WHERE session_id = $1 AND pos > $2 ORDER BY pos LIMIT $3', [sessionId, pos, options.limit])
+    return rows.map(toMessage)
+  }
+
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.transaction(async (client) => {
       const point = await client.query<Row>(`SELECT min(seq) AS first FROM events e WHERE session_id = $1 AND seq <= $2 AND run_id IS NOT NULL
@@ -314,6 +326,13 @@ export class PostgresStore implements Store {
   async listToolCalls(runId: string): Promise<ToolCallRecord[]> {
     const { rows } = await this.#query('SELECT * FROM tool_calls WHERE run_id = $1 ORDER BY started_at, id', [runId])
     return rows.map(toToolCall)
+  }
+
+  async listSessionToolCalls(sessionId: string, options: { limit: number; after?: string }): Promise<AuditedToolCall[]> {
+    // Call IDs are time-ordered (and compared byte by byte), so ID order is the order the model made the calls.
+    const { rows } = await this.#query(`SELECT c.*, r.request_id FROM tool_calls c LEFT JOIN runs r ON r.id = c.run_id
+      WHERE c.session_id = $1 AND c.id > $2 ORDER BY c.id LIMIT $3`, [sessionId, options.after ?? '', options.limit])
+    return rows.map((row) => ({ ...toToolCall(row), requestId: (row.request_id as string | null) ?? null }))
   }
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {
@@ -402,10 +421,19 @@ function prepareUnit(writes: readonly StoreWrite[]): (client: pg.PoolClient) => 
   const sessions = [...reserve.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
   const steps = writes.map((write) => prepareWrite(write))
   return async (client) => {
+    try {
+      return await apply(client)
+    } catch (err) {
+      // Every foreign key of these tables points at the session: it was deleted meanwhile.
+      if ((err as { code?: string }).code === FOREIGN_KEY_VIOLATION) throw new SessionGoneError()
+      throw err
+    }
+  }
+  async function apply(client: pg.PoolClient): Promise<EventRecord[]> {
     const seqs = new Map<string, number>()
     for (const [sessionId, count] of sessions) {
       const { rows } = await client.query<Row>('UPDATE sessions SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq', [sessionId, count])
-      if (!rows[0]) throw new Error(`session ${sessionId} does not exist`)
+      if (!rows[0]) throw new SessionGoneError(sessionId)
       seqs.set(sessionId, Number(rows[0].last_seq) - count)
     }
     const events: EventRecord[] = []
@@ -430,6 +458,9 @@ function prepareUnit(writes: readonly StoreWrite[]): (client: pg.PoolClient) => 
     return events
   }
 }
+
+/** PostgreSQL's SQLSTATE for a foreign key violation. */
+const FOREIGN_KEY_VIOLATION = '23503'
 
 type PreparedWrite =
   /** data: the event's JSON, taken when the unit was handed over. */
@@ -482,7 +513,7 @@ function prepareWrite(write: StoreWrite): PreparedWrite {
         kind: 'statement',
         sql: `INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at, duration_ms, result, error)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-          ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+          ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
             duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`,
         params: [c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs, json(c.result), json(c.error)]
       }

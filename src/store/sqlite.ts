@@ -4,9 +4,10 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import type { Usage } from '../schemas/common.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { unansweredCalls } from './history.ts'
+import { SessionGoneError } from './store.ts'
 import type {
   EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
-  RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord
+  RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord, AuditedToolCall
 } from './store.ts'
 
 type Row = Record<string, unknown>
@@ -211,6 +212,15 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * Claims of requests still in progress when the store was last closed. This process holds the
+   * file alone, so no request of it is in flight yet: their holders are gone (kill -9), and their
+   * keys are freed for the retry instead of waiting for the lease.
+   */
+  async releaseOrphanedClaims(): Promise<number> {
+    return this.#write(() => Number(this.#stmt(`DELETE FROM idempotency WHERE state = 'in_progress'`).run().changes))
+  }
+
   async ping(): Promise<void> {
     this.#stmt('SELECT 1').get()
   }
@@ -228,9 +238,15 @@ export class SqliteStore implements Store {
     const statements = writes.map((write) => this.#prepareWrite(write))
     return this.#write(() => {
       const events: EventRecord[] = []
-      for (const apply of statements) {
-        const event = apply()
-        if (event) events.push(event)
+      try {
+        for (const apply of statements) {
+          const event = apply()
+          if (event) events.push(event)
+        }
+      } catch (err) {
+        // Every foreign key of these tables points at the session: it was deleted meanwhile.
+        if (/FOREIGN KEY constraint failed/.test((err as Error).message)) throw new SessionGoneError()
+        throw err
       }
       return events
     }, { atomic: writes.length > 1 })
@@ -244,7 +260,7 @@ export class SqliteStore implements Store {
         const data = JSON.stringify(event.data)
         return () => {
           const last = this.#currentSeq(event.sessionId)
-          if (last === undefined) throw new Error(`session ${event.sessionId} does not exist`)
+          if (last === undefined) throw new SessionGoneError(event.sessionId)
           const seq = last + 1
           this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, data)
@@ -306,7 +322,7 @@ export class SqliteStore implements Store {
         return () => {
           this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
               duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (session_id, id) DO UPDATE SET state = excluded.state, ended_at = excluded.ended_at,
+            ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
               duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(...params)
         }
       }
@@ -379,6 +395,17 @@ export class SqliteStore implements Store {
     return rows.map(toMessage)
   }
 
+  async pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null> {
+    let pos = 0
+    if (options.after !== undefined) {
+      const row = this.#stmt('SELECT pos FROM messages WHERE id = ? AND session_id = ?').get(options.after, sessionId) as Row | undefined
+      if (!row) return null
+      pos = Number(row.pos)
+    }
+    const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND pos > ? ORDER BY pos LIMIT ?').all(sessionId, pos, options.limit) as Row[]
+    return rows.map(toMessage)
+  }
+
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.#write(() => {
       const at = this.#forkPoint(sourceId, atSeq)
@@ -433,6 +460,13 @@ export class SqliteStore implements Store {
   async listToolCalls(runId: string): Promise<ToolCallRecord[]> {
     const rows = this.#stmt('SELECT * FROM tool_calls WHERE run_id = ? ORDER BY started_at, id').all(runId) as Row[]
     return rows.map(toToolCall)
+  }
+
+  async listSessionToolCalls(sessionId: string, options: { limit: number; after?: string }): Promise<AuditedToolCall[]> {
+    // Call IDs are time-ordered, so ID order is the order the model made the calls.
+    const rows = this.#stmt(`SELECT c.*, r.request_id FROM tool_calls c LEFT JOIN runs r ON r.id = c.run_id
+      WHERE c.session_id = ? AND c.id > ? ORDER BY c.id LIMIT ?`).all(sessionId, options.after ?? '', options.limit) as Row[]
+    return rows.map((row) => ({ ...toToolCall(row), requestId: (row.request_id as string | null) ?? null }))
   }
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {

@@ -25,7 +25,8 @@ export interface Store {
    * Applies the writes in one transaction, in order: all of them or none. Each event gets the
    * next `seq` of its session, allocated inside the transaction (so seq stays gap-free with any
    * number of writers); a message is placed after the events written before it. Resolves with
-   * the stored events, in seq order per session, once committed.
+   * the stored events, in seq order per session, once committed. A write for a session that
+   * does not exist (any more) fails the unit with SessionGoneError.
    */
   commit(writes: readonly StoreWrite[]): Promise<EventRecord[]>
 
@@ -54,6 +55,11 @@ export interface Store {
   forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord>
 
   listMessages(sessionId: string): Promise<MessageRecord[]>
+  /**
+   * At most `limit` messages of the session in order, after the message `after` (from the first
+   * when omitted); null when `after` is not a message of this session.
+   */
+  pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null>
 
   getRun(sessionId: string, runId: string): Promise<RunRecord | null>
   /** Runs in any non-final status, oldest first (queued, running, awaiting_*); for recovery. */
@@ -61,6 +67,8 @@ export interface Store {
 
   getToolCall(sessionId: string, callId: string): Promise<ToolCallRecord | null>
   listToolCalls(runId: string): Promise<ToolCallRecord[]>
+  /** A session's tool calls, oldest first, each with its run's request ID; `after` is the last call ID of the previous page. */
+  listSessionToolCalls(sessionId: string, options: { limit: number; after?: string }): Promise<AuditedToolCall[]>
 
   /**
    * Claims an idempotency key for a request. Returns 'claimed' when the caller should process
@@ -76,6 +84,20 @@ export interface Store {
   /** Forgets records created before `olderThan`. */
   purgeIdempotency(olderThan: Date): Promise<number>
 }
+
+/**
+ * A write for a session that no longer exists (it was deleted meanwhile). Not a failure of the
+ * store: the work that belonged to that session simply ends.
+ */
+export class SessionGoneError extends Error {
+  readonly code = 'SESSION_GONE'
+  constructor(sessionId?: string) {
+    super(sessionId ? `session ${sessionId} does not exist` : 'the session does not exist')
+  }
+}
+
+/** Whether a store call failed because its session is gone (SessionGoneError). */
+export const isSessionGone = (err: unknown): boolean => (err as { code?: unknown } | null)?.code === 'SESSION_GONE'
 
 /** One write of a unit of work (Store.commit). */
 export type StoreWrite =
@@ -181,6 +203,11 @@ export interface ToolCallRecord {
   durationMs: number | null
   result?: unknown
   error?: ClassifiedError
+}
+
+/** A tool call as the audit route shows it: with the request ID of the run that made it. */
+export interface AuditedToolCall extends ToolCallRecord {
+  requestId: string | null
 }
 
 export type EventChannel = 'progress' | 'control' | 'monitor'

@@ -32,7 +32,9 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal((await store.getSessionById('ses_a'))?.lastSeq, 3, 'the session knows its last seq')
     t.same((await store.listEvents('ses_a', { after: 1 })).map((e) => e.seq), [2, 3])
     t.same((await store.listEvents('ses_a', { after: 0, limit: 1 })).map((e) => e.seq), [1])
-    await t.rejects(store.commit([ev(event('ses_missing'))]), 'an event of no session is refused')
+    await t.rejects(store.commit([ev(event('ses_missing'))]), { code: 'SESSION_GONE' }, 'an event of no session is refused')
+    await t.rejects(store.commit([{ type: 'message', message: message('msg_gone', 'ses_missing') }]), { code: 'SESSION_GONE' }, 'so is a message')
+    await t.rejects(store.commit([{ type: 'newRun', run: run('run_gone', 'ses_missing') }]), { code: 'SESSION_GONE' }, 'and a run')
   })
 
   t.test('a unit of work commits all of its writes or none of them', async (t) => {
@@ -153,5 +155,24 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     await store.claimIdempotency(old)
     await store.completeIdempotency('c', 'k3', { status: 200, body: null })
     t.equal(await store.purgeIdempotency(new Date(Date.now() - 24 * 3600_000)), 1, 'the 25 h old record is purged')
+  })
+
+  t.test("a session's tool calls page in call order with their run's request ID; a saved call keeps its latest input", async (t) => {
+    const store = await open(t)
+    await Promise.all([store.createSession(session('ses_a')), store.createSession(session('ses_b'))])
+    await store.commit([{ type: 'newRun', run: { ...run('run_1', 'ses_a'), requestId: 'req-1' } }])
+    const call = (id: string, sessionId: string) => ({
+      id, sessionId, runId: 'run_1', step: 1, name: 'fs_read', input: { path: id }, state: 'pending' as const, startedAt: now(), endedAt: null, durationMs: null
+    })
+    for (const id of ['call_3', 'call_1', 'call_2']) await store.commit([{ type: 'toolCall', call: call(id, 'ses_a') }])
+    await store.commit([{ type: 'toolCall', call: call('call_0', 'ses_b') }])
+    await store.commit([{
+      type: 'toolCall', call: { ...call('call_2', 'ses_a'), input: { path: 'rewritten' }, state: 'completed', result: 'ok', endedAt: now(), durationMs: 3 }
+    }])
+    const first = await store.listSessionToolCalls('ses_a', { limit: 2 })
+    t.same(first.map((c) => c.id), ['call_1', 'call_2'])
+    t.match(first[1], { requestId: 'req-1', input: { path: 'rewritten' }, state: 'completed', result: 'ok', durationMs: 3 })
+    t.same((await store.listSessionToolCalls('ses_a', { limit: 2, after: 'call_2' })).map((c) => c.id), ['call_3'])
+    t.same((await store.listSessionToolCalls('ses_b', { limit: 10 })).map((c) => c.id), ['call_0'], 'only the session asked for')
   })
 }
