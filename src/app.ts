@@ -18,6 +18,7 @@ import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
+import { sharedStreamCapPlugin } from './http/shared-stream-cap.ts'
 import type { ModelProvider } from './model/types.ts'
 import { openPorts } from './ports.ts'
 import { eventRoutes } from './routes/events.ts'
@@ -274,6 +275,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   await app.register(metricsPlugin)
   await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0, redis: ports.redis })
+  if (ports.redis) await app.register(sharedStreamCapPlugin, { redis: ports.redis.client, namespace: ports.redis.namespace, max: config.limits.streamsPerKey })
   await app.register(healthRoutes)
   await app.register(sessionRoutes)
   await app.register(messageRoutes)

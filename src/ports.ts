@@ -14,8 +14,8 @@ import type { Store } from './store/store.ts'
 export interface Ports {
   bus: EventBus
   coordinator: RunCoordinator
-  /** The Redis connection when AGENTD_REDIS_URL is set (shared rate limits and stream caps). */
-  redis: Redis | null
+  /** The Redis connection when AGENTD_REDIS_URL is set (shared rate limits and stream caps), and the key prefix of this deployment. */
+  redis: { client: Redis; namespace: string } | null
   /** Looks for runs whose owner is gone, now and then (a no-op for the embedded store, which recovers at start only). */
   startRecovery(recover: () => Promise<unknown>): void
   close(): Promise<void>
@@ -33,7 +33,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
     const coordinator = new LocalRunCoordinator({ store: readStore, bus })
     const redis = options.redisUrl ? await RedisChannel.open(options.redisUrl, 'agentd:local', (err) => log.warn({ err }, 'Redis connection error')) : null
     return {
-      bus, coordinator, redis: redis?.client ?? null,
+      bus, coordinator, redis: redis ? { client: redis.client, namespace: 'agentd:local:' } : null,
       startRecovery: () => undefined,
       async close() {
         await coordinator.close()
@@ -59,7 +59,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
   const coordinator = new PostgresRunCoordinator({ ownerId, store, bus, channel, leaseMs: options.runLeaseMs, logger: log })
   let recovery: NodeJS.Timeout | undefined
   return {
-    bus, coordinator, redis: redis?.client ?? null,
+    bus, coordinator, redis: redis ? { client: redis.client, namespace: `${postgres.name}:` } : null,
     startRecovery(recover) {
       // A dead owner's runs are taken over within its lease plus this interval.
       recovery = setInterval(() => {

@@ -10,8 +10,8 @@ export interface RateLimitOptions {
   windowMs: number
   /** True when API keys are configured: /v1 callers are counted per tenant, not per IP. */
   perTenant: boolean
-  /** Counts in Redis, shared by every process (AGENTD_REDIS_URL); null counts in this process. */
-  redis: Redis | null
+  /** Counts in Redis under this key prefix, shared by every process (AGENTD_REDIS_URL); null counts in this process. */
+  redis: { client: Redis; namespace: string } | null
 }
 
 /** Probes must answer however busy the service is. */
@@ -35,7 +35,7 @@ export const rateLimitPlugin = fp(
       // preParsing runs after the auth hook (onRequest), so request.tenant is known, and before
       // the body is read, so a caller over its limit costs no parsing.
       hook: 'preParsing',
-      ...(opts.redis ? { redis: opts.redis, nameSpace: 'agentd-rate-limit:', skipOnError: true } : {}),
+      ...(opts.redis ? { redis: opts.redis.client, nameSpace: `${opts.redis.namespace}rate-limit:`, skipOnError: true } : {}),
       allowList: (request) => EXEMPT.has(pathOf(request)),
       // Paths outside /v1 (docs, OpenAPI, metrics) are open without a key, so their callers are
       // counted by IP and can never spend a tenant's budget.
