@@ -33,8 +33,8 @@ export interface PostgresRunCoordinatorOptions {
  * every run live in the runs table. A process claims a run with its owner id and a lease it
  * renews (a heartbeat at a third of the lease); a run whose lease has expired belongs to a
  * process that is gone, and any other takes it over (orphans). Admission checks the busy session
- * and the tenant's count inside one transaction (the session row locked, the tenant's admissions
- * serialised by an advisory lock). Signals go to the owner wherever it runs over the cluster
+ * and the tenant's count inside one transaction (the session row locked; near the tenant's limit,
+ * its admissions also serialised by an advisory lock). Signals go to the owner wherever it runs over the cluster
  * channel; a cancel is also written on the row, which the owner's heartbeat reads should the
  * message be lost.
  */
@@ -73,20 +73,26 @@ export class PostgresRunCoordinator implements RunCoordinator {
 
   async admit(session: SessionRecord, run: RunRecord, onBusy: OnBusy, maxActiveRunsPerTenant: number): Promise<Cancellation> {
     const { cancellation, cancels } = await this.#store.transaction(async (client) => {
-      // Admissions of one tenant queue here, so that its count below stays exact across processes.
-      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`agentd-tenant:${session.tenant}`])
-      const locked = await client.query('SELECT id FROM sessions WHERE id = $1 FOR UPDATE', [session.id])
-      if (locked.rowCount === 0) throw new Error(`session ${session.id} does not exist`)
-      const { rows: unfinished } = await client.query<Row>(
-        `SELECT id, owner FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos`, [session.id])
-      const busy = unfinished.length > 0
+      // The session row's lock orders the admissions of one session (busy check, FIFO).
+      const { rows: [state] } = await client.query<Row>(`SELECT
+          (SELECT id FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos LIMIT 1) AS busy_with,
+          (SELECT count(*) FROM runs WHERE tenant = $2 AND ${UNFINISHED}) AS tenant_runs
+        FROM sessions WHERE id = $1 FOR UPDATE`, [session.id, session.tenant])
+      if (!state) throw new Error(`session ${session.id} does not exist`)
+      const busy = state.busy_with !== null
       if (busy && onBusy === 'reject') {
         throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
-          activeRunId: unfinished[0]?.id
+          activeRunId: state.busy_with
         })
       }
-      const { rows: [count] } = await client.query<Row>(`SELECT count(*) AS runs FROM runs WHERE tenant = $1 AND ${UNFINISHED}`, [session.tenant])
-      const tenantRuns = Number(count?.runs ?? 0)
+      let tenantRuns = Number(state.tenant_runs)
+      if (tenantRuns >= maxActiveRunsPerTenant / 2) {
+        // Near the limit, the tenant's admissions on every process queue on one lock and count
+        // again, so the limit holds exactly; far from it they do not wait for each other.
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`agentd-tenant:${session.tenant}`])
+        const { rows: [count] } = await client.query<Row>(`SELECT count(*) AS runs FROM runs WHERE tenant = $1 AND ${UNFINISHED}`, [session.tenant])
+        tenantRuns = Number(count?.runs ?? 0)
+      }
       if (tenantRuns >= maxActiveRunsPerTenant) {
         throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${tenantRuns} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
           limit: 'activeRunsPerTenant', max: maxActiveRunsPerTenant
@@ -109,16 +115,14 @@ export class PostgresRunCoordinator implements RunCoordinator {
 
   async claimNext(sessionId: string): Promise<RunRecord | null> {
     if (this.#draining) return null
-    return this.#store.transaction(async (client) => {
-      const locked = await client.query('SELECT id FROM sessions WHERE id = $1 FOR UPDATE', [sessionId])
-      if (locked.rowCount === 0) return null
-      const active = await client.query(`SELECT 1 FROM runs WHERE session_id = $1 AND ${UNFINISHED} AND (owner IS NOT NULL OR status <> 'queued') LIMIT 1`, [sessionId])
-      if ((active.rowCount ?? 0) > 0) return null
-      const { rows } = await client.query<Row>(`UPDATE runs SET owner = $2, lease_until = ${this.#lease}, cancel_requested = false
-        WHERE id = (SELECT id FROM runs WHERE session_id = $1 AND status = 'queued' AND owner IS NULL ORDER BY pos LIMIT 1)
-        RETURNING *`, [sessionId, this.ownerId])
-      return rows[0] ? toRun(rows[0]) : null
-    })
+    // One statement: processes claiming at once all aim at the session's first queued run, so its
+    // row lock lets one win; the others find it owned when they get the row, and claim nothing.
+    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $2, lease_until = ${this.#lease}, cancel_requested = false
+      WHERE id = (SELECT id FROM runs WHERE session_id = $1 AND status = 'queued' AND owner IS NULL ORDER BY pos LIMIT 1)
+        AND owner IS NULL
+        AND NOT EXISTS (SELECT 1 FROM runs a WHERE a.session_id = $1 AND a.${UNFINISHED} AND (a.owner IS NOT NULL OR a.status <> 'queued'))
+      RETURNING *`, [sessionId, this.ownerId])
+    return rows[0] ? toRun(rows[0]) : null
   }
 
   attach(runId: string, signals: RunSignals): () => void {

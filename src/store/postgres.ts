@@ -18,7 +18,7 @@ const parse = <T>(text: unknown): T => (text === null || text === undefined ? (n
 interface PendingUnit {
   /** The session it writes to: units are applied in session order, so two batches never lock rows in opposite orders. */
   sessionId: string
-  apply(client: pg.PoolClient): Promise<EventRecord[]>
+  unit: PreparedUnit
   resolve(events: EventRecord[]): void
   reject(reason: unknown): void
 }
@@ -162,10 +162,10 @@ export class PostgresStore implements Store {
 
   commit(writes: readonly StoreWrite[]): Promise<EventRecord[]> {
     if (this.#closed) return Promise.reject(new StoreClosedError())
-    // Parameters are taken now (JSON included), so the caller may change its objects right after.
-    const apply = prepareUnit(writes)
+    // Values are taken now (JSON included), so the caller may change its objects right after.
+    const unit = prepareUnit(writes)
     return new Promise((resolve, reject) => {
-      this.#pending.push({ sessionId: sessionOf(writes), apply, resolve, reject })
+      this.#pending.push({ sessionId: sessionOf(writes), unit, resolve, reject })
       if (!this.#flushing) this.#flushing = new Promise((done) => setImmediate(done)).then(() => this.#flushAll())
     })
   }
@@ -194,26 +194,22 @@ export class PostgresStore implements Store {
     }
     let broken: Error | undefined
     try {
-      const together = await inTransaction(client, async () => {
-        const results: EventRecord[][] = []
-        for (const unit of batch) results.push(await unit.apply(client))
-        return results
-      })
+      const together = await runUnits(client, batch)
       if (together.ok) {
-        batch.forEach((unit, i) => unit.resolve(together.value[i] ?? []))
+        batch.forEach((unit, i) => settle(unit, together.value[i]))
         return
       }
       if (together.broken) throw together.error
       if (batch.length === 1) {
-        batch[0]?.reject(together.error)
+        batch[0]?.reject(sessionGoneOr(together.error))
         return
       }
       // One unit failed the batch: commit each alone, so only the failing one is refused.
       for (const unit of batch) {
-        const alone = await inTransaction(client, () => unit.apply(client))
-        if (alone.ok) unit.resolve(alone.value)
+        const alone = await runUnits(client, [unit])
+        if (alone.ok) settle(unit, alone.value[0])
         else if (alone.broken) throw alone.error
-        else unit.reject(alone.error)
+        else unit.reject(sessionGoneOr(alone.error))
       }
     } catch (err) {
       // The connection itself failed: whatever is not settled yet was not committed.
@@ -374,13 +370,23 @@ export class PostgresStore implements Store {
 
 type Attempt<T> = { ok: true; value: T } | { ok: false; error: unknown; broken: boolean }
 
-/** Runs work between BEGIN and COMMIT; a failure is rolled back and returned (broken: the connection itself failed). */
-async function inTransaction<T>(client: pg.PoolClient, work: () => Promise<T>): Promise<Attempt<T>> {
-  await client.query('BEGIN')
+/**
+ * Sends the units as one transaction in one string (BEGIN; …; COMMIT) and hands each its own
+ * statements' results; a failure is rolled back and returned (broken: the connection itself failed).
+ */
+async function runUnits(client: pg.PoolClient, units: PendingUnit[]): Promise<Attempt<Array<pg.QueryResult<Row>[]>>> {
+  const statements = units.flatMap((u) => u.unit.statements)
   try {
-    const value = await work()
-    await client.query('COMMIT')
-    return { ok: true, value }
+    const results = (await client.query<Row>(['BEGIN', ...statements, 'COMMIT'].join(';\n'))) as unknown as pg.QueryResult<Row>[]
+    let at = 1
+    return {
+      ok: true,
+      value: units.map((u) => {
+        const own = results.slice(at, at + u.unit.statements.length)
+        at += u.unit.statements.length
+        return own
+      })
+    }
   } catch (error) {
     try {
       await client.query('ROLLBACK')
@@ -389,6 +395,20 @@ async function inTransaction<T>(client: pg.PoolClient, work: () => Promise<T>): 
       return { ok: false, error, broken: true }
     }
   }
+}
+
+/** Resolves a committed unit with its events, or rejects it when its session was gone. */
+function settle(pending: PendingUnit, results: pg.QueryResult<Row>[] | undefined): void {
+  try {
+    pending.resolve(pending.unit.finish(results ?? []))
+  } catch (err) {
+    pending.reject(err)
+  }
+}
+
+/** Every foreign key of the written tables points at the session: a violation means it was deleted meanwhile. */
+function sessionGoneOr(err: unknown): unknown {
+  return (err as { code?: string } | null)?.code === FOREIGN_KEY_VIOLATION ? new SessionGoneError() : err
 }
 
 /** The session a unit writes to (every write of a unit belongs to one session). */
@@ -408,55 +428,90 @@ function sessionOf(writes: readonly StoreWrite[]): string {
 }
 
 /**
- * A unit of work as one function of a connection inside a transaction. The session rows whose
- * seq it moves are locked first (in id order), which reserves its events' seqs in one statement
- * per session; its events go in as one multi-row INSERT.
+ * A unit of work as SQL text with its values inlined (escaped), so that a whole batch of units
+ * travels to the server as one string, in one round trip, instead of a round trip per statement:
+ * under load each round trip also waits for a turn of this process's event loop. `finish` reads
+ * the seqs the unit reserved out of its statements' results.
+ *
+ * Each session the unit writes events or messages to is locked first (in id order) by the
+ * statement that reserves its seqs (`UPDATE sessions SET last_seq = last_seq + n … RETURNING`);
+ * the events and messages then take their seq from that row. For a session that is gone the
+ * reservation finds no row, the inserts insert nothing, and the unit fails as SessionGoneError.
  */
-function prepareUnit(writes: readonly StoreWrite[]): (client: pg.PoolClient) => Promise<EventRecord[]> {
+interface PreparedUnit {
+  statements: string[]
+  finish(results: pg.QueryResult<Row>[]): EventRecord[]
+}
+
+function prepareUnit(writes: readonly StoreWrite[]): PreparedUnit {
   const reserve = new Map<string, number>()
   for (const write of writes) {
     if (write.type === 'event') reserve.set(write.event.sessionId, (reserve.get(write.event.sessionId) ?? 0) + 1)
     else if (write.type === 'message') reserve.set(write.message.sessionId, reserve.get(write.message.sessionId) ?? 0)
   }
   const sessions = [...reserve.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-  const steps = writes.map((write) => prepareWrite(write))
-  return async (client) => {
-    try {
-      return await apply(client)
-    } catch (err) {
-      // Every foreign key of these tables points at the session: it was deleted meanwhile.
-      if ((err as { code?: string }).code === FOREIGN_KEY_VIOLATION) throw new SessionGoneError()
-      throw err
+  const statements = sessions.map(([sessionId, count]) =>
+    `UPDATE sessions SET last_seq = last_seq + ${count} WHERE id = ${literal(sessionId)} RETURNING last_seq`)
+  const events: Array<{ event: Omit<EventRecord, 'seq'>; n: number }> = []
+  const placed = new Map<string, number>()
+  const rows = new Map<string, string[]>()
+  for (const write of writes) {
+    const step = prepareWrite(write)
+    if (step.kind === 'event') {
+      const { sessionId } = step.event
+      const n = (placed.get(sessionId) ?? 0) + 1
+      placed.set(sessionId, n)
+      events.push({ event: step.event, n })
+      const e = step.event
+      const list = rows.get(sessionId) ?? []
+      list.push(`(${n}, ${[e.runId, e.channel, e.type, e.at, e.requestId, step.data].map(literal).join(', ')})`)
+      rows.set(sessionId, list)
+    } else if (step.kind === 'message') {
+      // Placed after the events written before it in this unit.
+      const count = reserve.get(step.sessionId) ?? 0
+      const before = placed.get(step.sessionId) ?? 0
+      const values = step.params(0).map((value, i) => (i === AT_SEQ ? `s.last_seq - ${count - before}` : literal(value)))
+      statements.push(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
+        SELECT ${values.join(', ')} FROM sessions s WHERE s.id = ${literal(step.sessionId)}`)
+    } else if (step.sql) {
+      statements.push(inline(step.sql, step.params))
     }
   }
-  async function apply(client: pg.PoolClient): Promise<EventRecord[]> {
-    const seqs = new Map<string, number>()
-    for (const [sessionId, count] of sessions) {
-      const { rows } = await client.query<Row>('UPDATE sessions SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq', [sessionId, count])
-      if (!rows[0]) throw new SessionGoneError(sessionId)
-      seqs.set(sessionId, Number(rows[0].last_seq) - count)
-    }
-    const events: EventRecord[] = []
-    const values: Param[] = []
-    for (const step of steps) {
-      if (step.kind === 'event') {
-        const seq = (seqs.get(step.event.sessionId) ?? 0) + 1
-        seqs.set(step.event.sessionId, seq)
-        const e = step.event
-        values.push(e.sessionId, seq, e.runId, e.channel, e.type, e.at, e.requestId, step.data)
-        events.push({ ...e, seq })
-      } else if (step.kind === 'message') {
-        await client.query(INSERT_MESSAGE, step.params(seqs.get(step.sessionId) ?? 0))
-      } else if (step.sql) {
-        await client.query(step.sql, step.params)
-      }
-    }
-    if (events.length > 0) {
-      const tuples = events.map((_, n) => `(${[1, 2, 3, 4, 5, 6, 7, 8].map((i) => `$${n * 8 + i}`).join(', ')})`)
-      await client.query(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data) VALUES ${tuples.join(', ')}`, values)
-    }
-    return events
+  for (const [sessionId, list] of rows) {
+    const count = reserve.get(sessionId) ?? 0
+    statements.push(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
+      SELECT s.id, s.last_seq - ${count} + v.n, v.run_id, v.channel, v.type, v.at, v.request_id, v.data
+      FROM sessions s, (VALUES ${list.join(', ')}) AS v (n, run_id, channel, type, at, request_id, data)
+      WHERE s.id = ${literal(sessionId)}`)
   }
+  return {
+    statements,
+    finish(results) {
+      const base = new Map<string, number>()
+      sessions.forEach(([sessionId, count], i) => {
+        const row = results[i]?.rows[0]
+        if (!row) throw new SessionGoneError(sessionId)
+        base.set(sessionId, Number(row.last_seq) - count)
+      })
+      return events.map(({ event, n }) => ({ ...event, seq: (base.get(event.sessionId) ?? 0) + n }))
+    }
+  }
+}
+
+/** Position of at_seq among INSERT_MESSAGE's parameters. */
+const AT_SEQ = 7
+
+/** A value as an SQL literal (strings escaped by pg's escapeLiteral). */
+function literal(value: Param): string {
+  if (value === null) return 'NULL'
+  if (typeof value === 'number') return Number.isFinite(value) ? String(value) : 'NULL'
+  if (typeof value === 'boolean') return value ? 'true' : 'false'
+  return pg.escapeLiteral(value)
+}
+
+/** A parameterised statement with its parameters written in as literals. */
+function inline(sql: string, params: Param[]): string {
+  return sql.replace(/\$(\d+)/g, (_, n: string) => literal(params[Number(n) - 1] ?? null))
 }
 
 /** PostgreSQL's SQLSTATE for a foreign key violation. */

@@ -5,7 +5,9 @@ import { readSse } from '../helpers/sse.ts'
 const redisUrl = process.env.AGENTD_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
 
 t.test('with AGENTD_REDIS_URL, two processes share wake-ups, rate limits and stream caps', async (t) => {
-  const cluster = await startCluster(t, 2, { AGENTD_REDIS_URL: redisUrl, AGENTD_MAX_STREAMS_PER_KEY: '2', AGENTD_RATE_LIMIT_MAX: '30' })
+  const cluster = await startCluster(t, 2, {
+    AGENTD_REDIS_URL: redisUrl, AGENTD_MAX_STREAMS_PER_KEY: '2', AGENTD_RATE_LIMIT_MAX: '40', AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: '2'
+  })
   const [a, b] = cluster.servers as [typeof cluster.servers[0], typeof cluster.servers[0]]
   const { api, devModel } = cluster
 
@@ -34,6 +36,20 @@ t.test('with AGENTD_REDIS_URL, two processes share wake-ups, rate limits and str
     await new Promise((r) => setTimeout(r, 200))
     const again = await readSse(url(b), { timeoutMs: 500 })
     t.equal(again.status, 200, 'closed streams free their slots')
+  })
+
+  t.test("a tenant's active runs are counted in the database, across processes", async (t) => {
+    const sessions = await Promise.all([a, b, a].map(async (server) => (await api(server, 'POST', '/v1/sessions', {})).json))
+    devModel.script({ hang: true }, { hang: true })
+    t.equal((await api(a, 'POST', `/v1/sessions/${sessions[0].id}/messages`, { content: 'one' })).status, 202)
+    t.equal((await api(b, 'POST', `/v1/sessions/${sessions[1].id}/messages`, { content: 'two' })).status, 202)
+    const third = await api(a, 'POST', `/v1/sessions/${sessions[2].id}/messages`, { content: 'three' })
+    t.equal(third.status, 429, 'one run on A and one on B: the tenant is at its limit of 2')
+    t.equal(third.json.error.code, 'LIMIT_EXCEEDED')
+    t.equal((await api(b, 'POST', `/v1/sessions/${sessions[0].id}/interrupt`)).status, 202)
+    t.equal((await api(a, 'POST', `/v1/sessions/${sessions[1].id}/interrupt`)).status, 202)
+    devModel.reset()
+    t.equal((await api(b, 'POST', `/v1/sessions/${sessions[2].id}/messages`, { content: 'three' })).status, 202, 'ended runs free their places')
   })
 
   t.test('the rate limit counts the requests of both processes', async (t) => {
