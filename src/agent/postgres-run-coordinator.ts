@@ -73,19 +73,21 @@ export class PostgresRunCoordinator implements RunCoordinator {
 
   async admit(session: SessionRecord, run: RunRecord, onBusy: OnBusy, maxActiveRunsPerTenant: number): Promise<Cancellation> {
     const { cancellation, cancels } = await this.#store.transaction(async (client) => {
-      // The session row's lock orders the admissions of one session (busy check, FIFO).
+      // The session row's lock orders the admissions of one session (busy check, FIFO). The check
+      // is a statement of its own: its snapshot is taken once the lock is held, so it sees the
+      // run an admission that held the lock before it committed.
+      const locked = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE', [session.id])
+      if (locked.rowCount === 0) throw new Error(`session ${session.id} does not exist`)
       const { rows: [state] } = await client.query<Row>(`SELECT
           (SELECT id FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos LIMIT 1) AS busy_with,
-          (SELECT count(*) FROM runs WHERE tenant = $2 AND ${UNFINISHED}) AS tenant_runs
-        FROM sessions WHERE id = $1 FOR UPDATE`, [session.id, session.tenant])
-      if (!state) throw new Error(`session ${session.id} does not exist`)
-      const busy = state.busy_with !== null
+          (SELECT count(*) FROM runs WHERE tenant = $2 AND ${UNFINISHED}) AS tenant_runs`, [session.id, session.tenant])
+      const busy = state?.busy_with !== null
       if (busy && onBusy === 'reject') {
         throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
-          activeRunId: state.busy_with
+          activeRunId: state?.busy_with
         })
       }
-      let tenantRuns = Number(state.tenant_runs)
+      let tenantRuns = Number(state?.tenant_runs ?? 0)
       if (tenantRuns >= maxActiveRunsPerTenant / 2) {
         // Near the limit, the tenant's admissions on every process queue on one lock and count
         // again, so the limit holds exactly; far from it they do not wait for each other.
@@ -285,7 +287,8 @@ export class PostgresRunCoordinator implements RunCoordinator {
         return
       case 'signal': {
         if (message.to !== this.ownerId) return
-        const accepted = this.#signals.get(message.runId)?.signal(message.callId, message.signal) ?? false
+        // Only coordinators send signals, and always a CallSignal.
+        const accepted = this.#signals.get(message.runId)?.signal(message.callId, message.signal as CallSignal) ?? false
         this.#channel.send({ type: 'answer', from: this.ownerId, to: message.from, id: message.id, accepted })
           .catch((err: unknown) => this.#log.warn({ err }, 'could not answer a signal'))
         return

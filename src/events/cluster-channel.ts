@@ -1,6 +1,5 @@
 import { Redis } from 'ioredis'
 import pg from 'pg'
-import type { CallSignal } from '../agent/run-coordinator.ts'
 
 /** What agentd processes on one database tell each other. Every message names its sender. */
 export type ClusterMessage =
@@ -12,8 +11,11 @@ export type ClusterMessage =
   | { type: 'queued'; from: string; sessionId: string }
   /** The owner of a run is asked to stop it. */
   | { type: 'cancel'; from: string; to: string; runId: string }
-  /** A decision or client result for a call of a run the receiver owns; answered with 'answer'. */
-  | { type: 'signal'; from: string; to: string; id: string; runId: string; callId: string; signal: CallSignal }
+  /**
+   * A decision or client result for a call of a run the receiver owns; answered with 'answer'.
+   * `signal` is the coordinator's CallSignal: the channel carries it without looking inside.
+   */
+  | { type: 'signal'; from: string; to: string; id: string; runId: string; callId: string; signal: unknown }
   | { type: 'answer'; from: string; to: string; id: string; accepted: boolean }
 
 /**

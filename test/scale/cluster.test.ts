@@ -37,6 +37,9 @@ t.test('three processes on one PostgreSQL: any process takes any request', async
     devModel.script({ hang: true, afterChunks: 1 })
     const { run } = (await api(b, 'POST', `/v1/sessions/${session.id}/messages`, { content: 'hang' })).json
     await eventOf(a, session.id, (e) => e.type === 'text_chunk', 10_000, 'the run streaming')
+    const busy = await api(c, 'POST', `/v1/sessions/${session.id}/messages`, { content: 'me too' })
+    t.equal(busy.status, 409, 'another process sees the session busy')
+    t.match(busy.json.error, { code: 'SESSION_BUSY', details: { activeRunId: run.id } })
     const interrupted = await api(a, 'POST', `/v1/sessions/${session.id}/interrupt`)
     t.equal(interrupted.status, 202)
     t.match(interrupted.json, { id: run.id, status: 'cancelled' })
