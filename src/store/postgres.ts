@@ -23,6 +23,26 @@ interface PendingUnit {
   reject(reason: unknown): void
 }
 
+/** A group-commit lane: units waiting for its next batch, and the batch in flight. */
+interface Lane {
+  pending: PendingUnit[]
+  flushing: Promise<void> | null
+}
+
+/**
+ * Batches in flight at once per process. A commit waits for its WAL flush; with one batch in
+ * flight a run's every unit waits for the batch before it too. Lanes commit side by side (their
+ * flushes coalesce in PostgreSQL), and a session's units all go to one lane, so their order holds.
+ */
+const COMMIT_LANES = 4
+
+/** The lane of a session: a stable hash of its id. */
+function laneOf(sessionId: string, lanes: number): number {
+  let hash = 0
+  for (let i = 0; i < sessionId.length; i++) hash = (hash * 31 + sessionId.charCodeAt(i)) | 0
+  return Math.abs(hash) % lanes
+}
+
 /** Thrown when DATABASE_URL names a database that cannot be reached or used; server.ts prints it as one line. */
 export class StoreUnreachableError extends Error {
   readonly code = 'STORE_UNREACHABLE'
@@ -38,6 +58,8 @@ export interface PostgresStoreOptions {
   maxConnections?: number
   /** Server options, e.g. `-c search_path=…` (tests give each run its own schema). */
   options?: string
+  /** Batches committed at once, each on its own connection (default COMMIT_LANES). */
+  commitLanes?: number
   /** Called when an idle pooled connection fails (the database restarted); the pool replaces it. */
   onIdleError?(err: Error): void
 }
@@ -50,8 +72,8 @@ export interface PostgresStoreOptions {
  *
  * Units of work queued in one turn of the event loop are committed in one transaction (group
  * commit): a commit costs a WAL flush and a round trip, and a busy run writes a unit per text
- * chunk. One batch is in flight at a time, so a session's units commit in the order they were
- * handed over. If a unit of a batch fails, the batch is rolled back and its units are committed
+ * chunk. Sessions are spread over a few lanes that commit side by side; within a lane one batch
+ * is in flight at a time, so a session's units commit in the order they were handed over. If a unit of a batch fails, the batch is rolled back and its units are committed
  * one by one, so only the failing one is refused.
  */
 export class PostgresStore implements Store {
@@ -60,8 +82,8 @@ export class PostgresStore implements Store {
   readonly #where: string
   readonly #clientConfig: pg.ClientConfig
   #closed = false
-  #pending: PendingUnit[] = []
-  #flushing: Promise<void> | null = null
+  /** Group-commit lanes: a session's units always go to the same lane, which commits one batch at a time. */
+  readonly #lanes: Lane[]
 
   constructor(options: PostgresStoreOptions) {
     this.#where = describeUrl(options.connectionString)
@@ -71,11 +93,12 @@ export class PostgresStore implements Store {
       ...(options.options ? { options: options.options } : {})
     }
     try {
-      this.pool = new pg.Pool({ ...this.#clientConfig, max: options.maxConnections ?? 10 })
+      this.pool = new pg.Pool({ ...this.#clientConfig, max: options.maxConnections ?? 16 })
     } catch (err) {
       throw new StoreUnreachableError(this.#where, err)
     }
     this.pool.on('error', (err) => options.onIdleError?.(err))
+    this.#lanes = Array.from({ length: options.commitLanes ?? COMMIT_LANES }, () => ({ pending: [], flushing: null }))
   }
 
   /** Where the store points (host, port and database; never the password), for messages. */
@@ -131,7 +154,7 @@ export class PostgresStore implements Store {
     if (this.#closed) return
     this.#closed = true
     // Units already handed over are committed before the pool goes.
-    while (this.#flushing) await this.#flushing
+    for (const lane of this.#lanes) while (lane.flushing) await lane.flushing
     await this.pool.end()
   }
 
@@ -164,23 +187,25 @@ export class PostgresStore implements Store {
     if (this.#closed) return Promise.reject(new StoreClosedError())
     // Values are taken now (JSON included), so the caller may change its objects right after.
     const unit = prepareUnit(writes)
+    const sessionId = sessionOf(writes)
+    const lane = this.#lanes[laneOf(sessionId, this.#lanes.length)] as Lane
     return new Promise((resolve, reject) => {
-      this.#pending.push({ sessionId: sessionOf(writes), unit, resolve, reject })
-      if (!this.#flushing) this.#flushing = new Promise((done) => setImmediate(done)).then(() => this.#flushAll())
+      lane.pending.push({ sessionId, unit, resolve, reject })
+      if (!lane.flushing) lane.flushing = new Promise((done) => setImmediate(done)).then(() => this.#flushLane(lane))
     })
   }
 
-  async #flushAll(): Promise<void> {
+  async #flushLane(lane: Lane): Promise<void> {
     try {
-      while (this.#pending.length > 0) {
-        const batch = this.#pending
-        this.#pending = []
+      while (lane.pending.length > 0) {
+        const batch = lane.pending
+        lane.pending = []
         // Stable: a session's units keep their order; sessions are locked in id order.
         batch.sort((a, b) => (a.sessionId < b.sessionId ? -1 : a.sessionId > b.sessionId ? 1 : 0))
         await this.#commitBatch(batch)
       }
     } finally {
-      this.#flushing = null
+      lane.flushing = null
     }
   }
 
