@@ -3,8 +3,8 @@ import pg from 'pg'
 
 /** What agentd processes on one database tell each other. Every message names its sender. */
 export type ClusterMessage =
-  /** Events were committed: per session, the first and last seq of this flush. Receivers read the rows. */
-  | { type: 'events'; from: string; sessions: Array<[sessionId: string, firstSeq: number, lastSeq: number]> }
+  /** Events were committed: per session, its newest seq. Receivers read the rows they have not delivered. */
+  | { type: 'events'; from: string; sessions: Array<[sessionId: string, seq: number]> }
   /** A session was deleted: its streams end everywhere. */
   | { type: 'ended'; from: string; sessionId: string; reason: string }
   /** A session has a queued run nobody may be about to claim. */
@@ -206,13 +206,9 @@ export class RedisChannel extends ListenerSets implements ClusterChannel {
       subscriber.disconnect()
       throw new Error(`cannot use Redis at AGENTD_REDIS_URL: ${(err as Error).message}`, { cause: err })
     }
-    let first = true
-    subscriber.on('ready', () => {
-      // ioredis subscribes again by itself after a reconnect; what was sent meanwhile is lost.
-      if (!first) channel.reconnected()
-      first = false
-    })
-    first = false
+    // Connected already: a later 'ready' is a reconnect. ioredis subscribes again by itself; what
+    // was sent meanwhile is lost.
+    subscriber.on('ready', () => channel.reconnected())
     subscriber.on('message', (from, text: string) => {
       if (from === name) channel.dispatch(text)
     })

@@ -8,8 +8,10 @@ const SESSIONS_PER_MESSAGE = 100
 /** What this process has delivered of a session its subscribers follow. */
 interface Followed {
   listeners: Set<EventListener>
-  /** The newest seq delivered to them; undefined until the first event arrives. */
+  /** The newest seq delivered to them (at first, the session's newest seq when it was subscribed to). */
   delivered: number | undefined
+  /** Resolves once `delivered` has its starting value. */
+  ready: Promise<void>
   /** The newest seq known to be committed (from wake-ups), which a read must reach. */
   wanted: number
   reading: boolean
@@ -18,10 +20,11 @@ interface Followed {
 /**
  * The EventBus for several processes on one database. This process's events reach its own
  * subscribers at once; after each flush (one turn of the event loop) it sends one wake-up
- * naming every session it wrote to with the range of seqs written, never the events. A process
- * with subscribers of such a session reads the rows back from the store, from the last seq it
- * delivered, so each subscriber gets every event once, in seq order, whichever process wrote
- * it. Deleting a session ends its streams on every process.
+ * naming every session it wrote to with its newest seq, never the events. A process with
+ * subscribers of such a session reads the rows back from the store, from the last seq it
+ * delivered (at first, the session's newest seq when it was subscribed to), so each subscriber
+ * gets every event once, in seq order, whichever process wrote it. Deleting a session ends its
+ * streams on every process.
  */
 export class SharedEventBus implements EventBus {
   readonly #store: Store
@@ -31,8 +34,8 @@ export class SharedEventBus implements EventBus {
   readonly #followed = new Map<string, Followed>()
   readonly #everything = new Set<EventListener>()
   readonly #ended = new Set<(sessionId: string, reason: string) => void>()
-  /** Seq ranges written since the last wake-up, per session. */
-  #written = new Map<string, [number, number]>()
+  /** The newest seq written since the last wake-up, per session. */
+  #written = new Map<string, number>()
   #flushScheduled = false
   readonly #unsubscribe: Array<() => void>
 
@@ -54,19 +57,18 @@ export class SharedEventBus implements EventBus {
 
   publish(event: EventRecord): void {
     for (const listener of this.#everything) deliver(listener, event)
-    const range = this.#written.get(event.sessionId)
-    if (range) range[1] = Math.max(range[1], event.seq)
-    else this.#written.set(event.sessionId, [event.seq, event.seq])
+    this.#written.set(event.sessionId, Math.max(this.#written.get(event.sessionId) ?? 0, event.seq))
     if (!this.#flushScheduled) {
       this.#flushScheduled = true
       setImmediate(() => this.#flush())
     }
     const followed = this.#followed.get(event.sessionId)
     if (!followed) return
-    if (followed.delivered === undefined || (event.seq === followed.delivered + 1 && !followed.reading)) {
+    if (followed.delivered !== undefined && event.seq === followed.delivered + 1 && !followed.reading) {
       this.#deliver(followed, event)
-    } else if (event.seq > followed.delivered) {
-      // Another process wrote the seqs in between, and their wake-up has not come yet: read them all.
+    } else if (followed.delivered === undefined || event.seq > followed.delivered) {
+      // Another process wrote the seqs in between and their wake-up has not come yet, or where
+      // this subscription starts is not known yet: read them all, in order, from the store.
       this.#catchUp(event.sessionId, event.seq)
     }
   }
@@ -74,7 +76,17 @@ export class SharedEventBus implements EventBus {
   subscribe(sessionId: string, listener: EventListener): () => void {
     let followed = this.#followed.get(sessionId)
     if (!followed) {
-      followed = { listeners: new Set(), delivered: undefined, wanted: 0, reading: false }
+      const created: Followed = { listeners: new Set(), delivered: undefined, ready: Promise.resolve(), wanted: 0, reading: false }
+      // Where delivery starts: the session's newest seq now. Subscribers replay from the store
+      // after subscribing (SSE), so anything up to here reaches them that way, and an event
+      // delivered twice is dropped by them; one never delivered would be lost.
+      created.ready = this.#store.getSessionById(sessionId).then((session) => {
+        created.delivered ??= session?.lastSeq ?? 0
+      }, (err: unknown) => {
+        created.delivered ??= 0
+        this.#onError(err)
+      })
+      followed = created
       this.#followed.set(sessionId, followed)
     }
     const set = followed.listeners
@@ -111,7 +123,7 @@ export class SharedEventBus implements EventBus {
   #flush(): void {
     this.#flushScheduled = false
     if (this.#written.size === 0) return
-    const sessions = [...this.#written].map(([sessionId, [first, last]]): [string, number, number] => [sessionId, first, last])
+    const sessions = [...this.#written]
     this.#written = new Map()
     for (let i = 0; i < sessions.length; i += SESSIONS_PER_MESSAGE) {
       this.#channel.send({ type: 'events', from: this.#processId, sessions: sessions.slice(i, i + SESSIONS_PER_MESSAGE) }).catch(this.#onError)
@@ -121,13 +133,9 @@ export class SharedEventBus implements EventBus {
   #receive(message: ClusterMessage): void {
     if (message.from === this.#processId) return
     if (message.type === 'events') {
-      for (const [sessionId, first, last] of message.sessions) {
+      for (const [sessionId, seq] of message.sessions) {
         const followed = this.#followed.get(sessionId)
-        if (!followed) continue
-        // A session first heard of now is read from the first seq of this wake-up: anything
-        // older was committed before it was subscribed to, so its stream replays it from the store.
-        if (followed.delivered === undefined) followed.delivered = first - 1
-        this.#catchUp(sessionId, last)
+        if (followed && seq > (followed.delivered ?? 0)) this.#catchUp(sessionId, seq)
       }
     } else if (message.type === 'ended') {
       this.#ended.forEach((listener) => callEnded(listener, message.sessionId, message.reason))
@@ -142,6 +150,7 @@ export class SharedEventBus implements EventBus {
     if (followed.reading) return
     followed.reading = true
     const read = async () => {
+      await followed.ready
       while (this.#followed.get(sessionId) === followed && (followed.delivered ?? 0) < followed.wanted) {
         const after = followed.delivered ?? 0
         const events = await this.#store.listEvents(sessionId, { after })
