@@ -42,12 +42,14 @@ export async function startServiceCluster(modelUrl: string, settings: { database
   }
   await admin(`CREATE SCHEMA ${schema}`)
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
-  const url = `${settings.databaseUrl}${settings.databaseUrl.includes('?') ? '&' : '?'}options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  // The schema through the server options, after any the URL brings (e.g. -c synchronous_commit=off).
+  const url = new URL(settings.databaseUrl)
+  url.searchParams.set('options', `${url.searchParams.get('options') ?? ''} -c search_path=${schema}`.trim())
   const servers: ChildServer[] = []
   try {
     // One after the other: the first applies the migrations.
     for (let i = 0; i < settings.processes; i++) {
-      servers.push(await startChild('./service-process.ts', [modelUrl, dir], [], { BENCH_SERVICE_DATABASE_URL: url }))
+      servers.push(await startChild('./service-process.ts', [modelUrl, dir], [], { BENCH_SERVICE_DATABASE_URL: url.toString() }))
     }
   } catch (err) {
     await Promise.all(servers.map((s) => s.close()))
