@@ -57,7 +57,9 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
         tool_calls   text,
         tool_call_id text,
         at_seq       integer NOT NULL,
-        created_at   text NOT NULL
+        created_at   text NOT NULL,
+        -- of a summary message: how many messages, from the first, it stands for (SPEC 12)
+        replaces_messages integer
       );
       CREATE INDEX messages_session ON messages (session_id, pos);
 

@@ -319,11 +319,12 @@ export class PostgresStore implements Store {
       const { rows } = await client.query<Row>('SELECT * FROM messages WHERE session_id = $1 AND at_seq <= $2 ORDER BY pos', [sourceId, at])
       const copied = rows.map((row) => ({ ...toMessage(row), id: seal.newMessageId(), sessionId: fork.id, atSeq: Number(row.at_seq) }))
       for (const m of copied) {
-        await client.query(INSERT_MESSAGE, [m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt])
+        await client.query(INSERT_MESSAGE, [m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt,
+          m.replacesMessages ?? null])
       }
       for (const call of unansweredCalls(copied)) {
         const runId = copied.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? null
-        await client.query(INSERT_MESSAGE, [seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString()])
+        await client.query(INSERT_MESSAGE, [seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString(), null])
       }
       return fork
     })
@@ -496,7 +497,8 @@ function prepareUnit(writes: readonly StoreWrite[]): PreparedUnit {
       const count = reserve.get(step.sessionId) ?? 0
       const before = placed.get(step.sessionId) ?? 0
       const values = step.params(0).map((value, i) => (i === AT_SEQ ? `s.last_seq - ${count - before}` : literal(value)))
-      statements.push(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
+      statements.push(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
+          replaces_messages)
         SELECT ${values.join(', ')} FROM sessions s WHERE s.id = ${literal(step.sessionId)}`)
     } else if (step.sql) {
       statements.push(inline(step.sql, step.params))
@@ -559,7 +561,7 @@ function prepareWrite(write: StoreWrite): PreparedWrite {
       return {
         kind: 'message',
         sessionId: m.sessionId,
-        params: (atSeq) => [m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt]
+        params: (atSeq) => [m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt, m.replacesMessages ?? null]
       }
     }
     case 'newRun': {
@@ -631,8 +633,9 @@ const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at
     approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 
-const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
+    replaces_messages)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 /** A session as the parameters of INSERT_SESSION. */
 function sessionParams(s: SessionRecord): Param[] {
@@ -686,6 +689,7 @@ function toMessage(row: Row): MessageRecord {
   }
   if (row.tool_calls !== null) message.toolCalls = parse(row.tool_calls)
   if (row.tool_call_id !== null) message.toolCallId = String(row.tool_call_id)
+  if (row.replaces_messages !== null) message.replacesMessages = Number(row.replaces_messages)
   return message
 }
 

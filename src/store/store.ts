@@ -168,6 +168,8 @@ export interface MessageRecord {
   content: string | null
   toolCalls?: MessageToolCall[]
   toolCallId?: string
+  /** Of a summary: how many messages, from the first, it stands for in what the model is sent (SPEC 12). */
+  replacesMessages?: number
   createdAt: string
 }
 

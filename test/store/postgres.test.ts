@@ -61,3 +61,21 @@ t.test('an unreachable database or a bad URL is one clear error', async (t) => {
   t.teardown(() => missing.close())
   await t.rejects(missing.migrate(), { code: 'STORE_UNREACHABLE', message: /no_such_database_agentd/ })
 })
+
+t.test('a message keeps what it stands for (replacesMessages), also in a fork', async (t) => {
+  const store = await openPostgres(t)
+  const now = new Date().toISOString()
+  const session = (id: string) => ({
+    id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  })
+  await store.createSession(session('ses_s'))
+  await store.commit([
+    { type: 'message', message: { id: 'msg_1', sessionId: 'ses_s', runId: null, role: 'user', content: 'hello', createdAt: now } },
+    { type: 'message', message: { id: 'msg_2', sessionId: 'ses_s', runId: null, role: 'assistant', content: 'earlier: hello', replacesMessages: 1, createdAt: now } }
+  ])
+  t.match(await store.listMessages('ses_s'), [{ id: 'msg_1', replacesMessages: undefined }, { id: 'msg_2', replacesMessages: 1 }])
+  let ids = 0
+  await store.forkSession('ses_s', session('ses_sf'), 0, { newMessageId: () => `msg_f${++ids}`, sealedAnswer: () => 'sealed' })
+  t.match(await store.listMessages('ses_sf'), [{ content: 'hello' }, { content: 'earlier: hello', replacesMessages: 1 }])
+})
