@@ -19,11 +19,12 @@ process.on('exit', () => {
 
 /**
  * Forks `bench/<entry>` with `args` and resolves with the URL it reports once it listens.
- * `execArgv` adds Node flags (e.g. --cpu-prof) to the child only.
+ * `execArgv` adds Node flags (e.g. --cpu-prof) to the child only; `env` adds variables.
  */
-export async function startChild(entry: string, args: string[], execArgv: string[] = []): Promise<ChildServer> {
+export async function startChild(entry: string, args: string[], execArgv: string[] = [], env: Record<string, string> = {}): Promise<ChildServer> {
   const child = fork(fileURLToPath(new URL(entry, import.meta.url)), args, {
     execArgv: ['--disable-warning=ExperimentalWarning', ...execArgv],
+    env: { ...process.env, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc']
   })
   children.add(child)

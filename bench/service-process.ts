@@ -1,6 +1,6 @@
 /**
  * Child process entry: agentd itself, built with buildApp on a SQLite file in the given folder
- * (real persistence, not :memory:), logging off, on 127.0.0.1 and a free port.
+ * (real persistence, not :memory:) or, from bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
  * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
  */
 import { join } from 'node:path'
@@ -22,7 +22,9 @@ const config = loadConfig({
   AGENTD_RATE_LIMIT_MAX: '0',
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: '100000',
   AGENTD_MAX_STREAMS_PER_KEY: '100000',
-  AGENTD_MAX_SESSIONS_PER_TENANT: '100000000'
+  AGENTD_MAX_SESSIONS_PER_TENANT: '100000000',
+  // Set by bench/cluster.ts: one of several processes on PostgreSQL instead of the SQLite file.
+  ...(process.env['BENCH_SERVICE_DATABASE_URL'] ? { DATABASE_URL: process.env['BENCH_SERVICE_DATABASE_URL'] } : {})
 })
 const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: modelUrl })
 const app = await buildApp({ config, model })

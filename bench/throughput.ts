@@ -3,6 +3,8 @@ import {
   AgentdClient, assertClean, callJson, cpuMeter, createDirectClient, fsListIsWired, originOf, runPool, startServiceProcess,
   startStampingModelProcess, streamCompletion
 } from './harness.ts'
+import type { ChildServer } from './child.ts'
+import { clusterSettings, startServiceCluster } from './cluster.ts'
 import { fmt, percentile, printTable } from './report.ts'
 
 const CONCURRENCY = 50
@@ -25,11 +27,16 @@ const TIME_LIMIT_MS = 180_000
  */
 export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: 0, toolName: 'fs_list' })
-  const service = await startServiceProcess(model.url)
-  const agentd = new AgentdClient(service.url, CONCURRENCY + 4)
+  // BENCH_DATABASE_URL (and BENCH_PROCESSES): several processes on PostgreSQL (bench/cluster.ts).
+  const settings = clusterSettings()
+  const cluster = settings ? await startServiceCluster(model.url, settings) : null
+  const service = cluster ? null : await startServiceProcess(model.url)
+  const servers = cluster?.servers ?? [service as ChildServer]
+  const agentd = cluster ? cluster.client(CONCURRENCY + 4) : new AgentdClient(servers[0]!.url, CONCURRENCY + 4)
   const direct = createDirectClient(model.url)
   try {
-    const wired = await fsListIsWired(agentd)
+    const probe = new AgentdClient(servers[0]!.url, 1)
+    const wired = await fsListIsWired(probe).finally(() => probe.close())
     // Until the fs_* tools are wired, a run is text only: one model call instead of two.
     const sessionBody = wired ? {} : { tools: [] }
 
@@ -38,7 +45,7 @@ export async function run(): Promise<void> {
       const done = await agentd.streamMessage(sessionId, 'List the workspace, then answer.')
       if (done.reason !== 'completed') throw new Error(`a run ended ${done.reason}`)
       return done.lastSeq
-    }, { agentd: service.pid, model: model.pid })
+    }, { ...Object.fromEntries(servers.map((s, i) => [servers.length > 1 ? `agentd ${i + 1}` : 'agentd', s.pid])), model: model.pid })
 
     const last = await callJson<{ toolCall: ChatCompletionCreateParamsStreaming | null; text: ChatCompletionCreateParamsStreaming }>(`${originOf(model.url)}/__last-requests`)
     const bodies = wired && last.toolCall ? [last.toolCall, last.text] : [last.text]
@@ -47,7 +54,8 @@ export async function run(): Promise<void> {
       return 0
     }, { model: model.pid })
 
-    console.log(`\nthroughput: ${RUNS} runs (after ${WARMUP} to warm up), ${CONCURRENCY} at once; ` +
+    console.log(`\nagentd: ${cluster?.label ?? 'one process on SQLite'}`)
+    console.log(`throughput: ${RUNS} runs (after ${WARMUP} to warm up), ${CONCURRENCY} at once; ` +
       (wired ? `a run = new session, fs_list call, ${CHUNKS}-chunk answer` : `a run = new session, ${CHUNKS}-chunk answer`))
     if (!wired) console.log('note: the fs_* tools are not wired into sessions yet, so runs are text only (tools: []), one model call each')
     printTable([
@@ -62,7 +70,8 @@ export async function run(): Promise<void> {
   } finally {
     await agentd.close()
     await direct.close()
-    await service.close()
+    await service?.close()
+    await cluster?.close()
     await model.close()
   }
 }

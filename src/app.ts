@@ -3,11 +3,10 @@ import type { Logger } from 'pino'
 import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
-import { LocalRunCoordinator } from './agent/local-run-coordinator.ts'
 import type { RunCoordinator } from './agent/run-coordinator.ts'
 import { RunManager } from './agent/run-manager.ts'
 import type { Config } from './config.ts'
-import { LocalEventBus, type EventBus } from './events/event-bus.ts'
+import type { EventBus } from './events/event-bus.ts'
 import { EventLog } from './events/event-log.ts'
 import { HookRunner } from './hooks/hooks.ts'
 import { authPlugin } from './http/auth.ts'
@@ -24,6 +23,8 @@ import { tracingPlugin } from './http/tracing.ts'
 import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
+import { sharedStreamCapPlugin } from './http/shared-stream-cap.ts'
+import { openPorts } from './ports.ts'
 import { eventRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { messageRoutes } from './routes/messages.ts'
@@ -178,16 +179,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const state: ServiceState = { draining: false, storeFailure: null }
   // Fastify's logger is pino; its published type is a narrower view of the same object.
   const log = app.log as unknown as Logger
-  const rawStore = options.store ?? (await openStore(config))
+  const rawStore = options.store ?? (await openStore(config, (err) => log.warn({ err }, 'an idle database connection failed')))
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
-  const bus: EventBus = new LocalEventBus()
+  // One process on SQLite: in-process ports; several on PostgreSQL: shared ones (src/ports.ts).
+  const ports = await openPorts({ store: rawStore, readStore: store, redisUrl: config.redisUrl, runLeaseMs: config.runLeaseMs, log })
+  const { bus, coordinator } = ports
   const events = new EventLog(store, bus)
-  const coordinator: RunCoordinator = new LocalRunCoordinator({ store, bus })
-  app.addHook('onClose', async () => {
-    await coordinator.close()
-    await bus.close()
-  })
+  app.addHook('onClose', async () => ports.close())
   const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, logger: log, ...options.tools })
   const hooks = new HookRunner({ hooks: config.hooks, events, logger: log, ...(options.hookRetry ? { runEndRetry: options.hookRetry } : {}) })
   const runs = new RunManager({
@@ -258,6 +257,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   bus.onSessionEnded((sessionId, reason) => app.streams.endSession(sessionId, reason))
   await app.register(idempotencyPlugin, {
     store,
+    // A claim outlives a holder that died (kill -9) by as long as a run's claim does.
+    leaseMs: config.runLeaseMs,
     replayStream: (request, reply, answer) => {
       app.streams.send(reply, request.keyId, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
     }
@@ -270,7 +271,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   })
 
   await app.register(metricsPlugin)
-  await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0 })
+  await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0, redis: ports.redis })
+  if (ports.redis) await app.register(sharedStreamCapPlugin, { redis: ports.redis.client, namespace: ports.redis.namespace, max: config.limits.streamsPerKey })
   await app.register(healthRoutes)
   await app.register(sessionRoutes)
   await app.register(messageRoutes)
@@ -282,5 +284,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // Runs a previous process left unfinished are ended or queued again before any request.
   await runs.recover()
+  ports.startRecovery(() => runs.recover())
   return app
 }

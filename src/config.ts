@@ -26,6 +26,8 @@ export const EnvSchema = Type.Object({
   DATABASE_URL: Type.Optional(
     Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// connection URL' })
   ),
+  AGENTD_RUN_LEASE_MS: integer('an integer of milliseconds from 500 to 600000', '15000'),
+  AGENTD_REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'a redis:// or rediss:// connection URL' })),
   OPENAI_API_KEY: Type.Optional(Type.String({ description: 'the model provider API key' })),
   OPENAI_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s):// base URL of an OpenAI-compatible API' })),
   AGENTD_MODEL: Type.String({ minLength: 1, default: 'gpt-4o-mini', description: 'a model name' }),
@@ -88,6 +90,10 @@ export interface Config {
   logLevel: string
   db: string
   databaseUrl: string | undefined
+  /** How long a process's claim on a run holds without its heartbeat (PostgreSQL); the failover time. */
+  runLeaseMs: number
+  /** Redis for shared rate limits, stream caps and wake-ups between processes; unset = per process. */
+  redisUrl: string | undefined
   openai: { apiKey: string | undefined; baseURL: string | undefined }
   /** True when no provider is configured and the built-in dev model answers. */
   useDevModel: boolean
@@ -143,6 +149,7 @@ export class ConfigError extends Error {
 
 const ranges: Partial<Record<keyof Env, [number, number]>> = {
   PORT: [0, 65535],
+  AGENTD_RUN_LEASE_MS: [500, 600_000],
   AGENTD_MAX_STEPS: [1, 1000],
   AGENTD_TOOL_TIMEOUT_MS: [100, 3_600_000],
   AGENTD_CONTEXT_TOKENS: [256, 10_000_000],
@@ -164,7 +171,7 @@ const ranges: Partial<Record<keyof Env, [number, number]>> = {
 const LOOPBACK = /^(localhost|127(\.\d{1,3}){3}|::1|\[::1\])$/i
 
 function describe(name: string, value: unknown, expected: string): string {
-  const shown = ['AGENTD_API_KEYS', 'OPENAI_API_KEY', 'DATABASE_URL'].includes(name) ? '(value hidden)' : JSON.stringify(value)
+  const shown = ['AGENTD_API_KEYS', 'OPENAI_API_KEY', 'DATABASE_URL', 'AGENTD_REDIS_URL'].includes(name) ? '(value hidden)' : JSON.stringify(value)
   return `${name}=${shown} is invalid: expected ${expected}`
 }
 
@@ -217,9 +224,6 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
       `HOST=${JSON.stringify(env.HOST)} is invalid: without AGENTD_API_KEYS agentd listens only on a loopback address (127.0.0.1, ::1, localhost); set AGENTD_API_KEYS to listen on ${env.HOST}`
     )
   }
-  if (env.DATABASE_URL && !problems.has('DATABASE_URL')) {
-    problems.set('DATABASE_URL', 'DATABASE_URL=(value hidden) is invalid: this build has no PostgreSQL store yet; unset it to use SQLite (AGENTD_DB)')
-  }
   let hooks: HookDefinition[] = []
   if (env.AGENTD_HOOKS_CONFIG && !problems.has('AGENTD_HOOKS_CONFIG')) {
     try {
@@ -247,6 +251,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     logLevel: env.LOG_LEVEL,
     db: env.AGENTD_DB,
     databaseUrl: env.DATABASE_URL,
+    runLeaseMs: Number(env.AGENTD_RUN_LEASE_MS),
+    redisUrl: env.AGENTD_REDIS_URL,
     openai: { apiKey: env.OPENAI_API_KEY, baseURL: env.OPENAI_BASE_URL },
     useDevModel: !env.OPENAI_API_KEY && !env.OPENAI_BASE_URL,
     defaultModel: env.AGENTD_MODEL,

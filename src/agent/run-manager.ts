@@ -132,6 +132,8 @@ export class RunManager {
         continue
       }
       await abandonAfterRestart(session, run, this.#dependencies())
+      // Its session may start its next run now (a peer that died left it claimed).
+      await coordinator.release(run)
       failed++
     }
     if (requeued + failed > 0) logger.warn({ requeued, failed }, 'recovered runs left unfinished by their owner')

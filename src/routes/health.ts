@@ -7,6 +7,7 @@ import { McpServerStatusSchema } from '../schemas/tools.ts'
 const ReadySchema = Type.Object({
   status: Type.Literal('ready'),
   store: Type.String({ description: 'sqlite or postgres' }),
+  owner: Type.String({ description: "this process's id, as it appears on the runs it claims (several processes share a PostgreSQL store)" }),
   model: Type.String({ description: "'openai' for a configured provider, 'dev' for the built-in dev model" }),
   mcp: Type.Optional(Type.Array(McpServerStatusSchema, { description: 'the MCP servers, when there are any; one that is down is reported here but does not make agentd unready' }))
 })
@@ -30,7 +31,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
       response: { 200: answer('Ready to serve', ReadySchema), ...errorResponses(503) }
     }
   }, async (request, reply) => {
-    const { store, model, state } = app.agentd
+    const { store, model, state, coordinator } = app.agentd
     if (state.draining) return sendApiError(reply, new ApiError('UNAVAILABLE', 'The service is shutting down'))
     try {
       await store.ping()
@@ -42,6 +43,6 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store failed a write', { store: state.storeFailure }))
     }
     const mcp = app.agentd.tools.mcpStatus()
-    return { status: 'ready' as const, store: store.kind, model: model.kind, ...(mcp.length > 0 ? { mcp } : {}) }
+    return { status: 'ready' as const, store: store.kind, owner: coordinator.ownerId, model: model.kind, ...(mcp.length > 0 ? { mcp } : {}) }
   })
 }

@@ -51,12 +51,16 @@ t.test('a non-loopback HOST without API keys is refused', async (t) => {
   t.match(stderr, /HOST="0.0.0.0" is invalid: without AGENTD_API_KEYS agentd listens only on a loopback address/)
 })
 
-t.test('DATABASE_URL is refused with a clear line while there is no PostgreSQL store', async (t) => {
-  const { code, stderr } = await startServer({ DATABASE_URL: 'postgres://user:secret@127.0.0.1:5432/test' })
+t.test('a DATABASE_URL whose database cannot be reached stops start-up with one line', async (t) => {
+  const { code, stderr } = await startServer({ DATABASE_URL: 'postgres://user:secret@127.0.0.1:1/test' })
   t.equal(code, 1)
-  t.match(stderr, /DATABASE_URL=\(value hidden\) is invalid: this build has no PostgreSQL store yet/)
+  t.match(stderr, /^agentd: cannot start: cannot use the PostgreSQL database 127\.0\.0\.1:1\/test: .*ECONNREFUSED/)
+  t.equal(stderr.trim().split('\n').length, 1, 'one line')
   t.notMatch(stderr, /secret/, 'the URL, which holds a password, is not printed')
   t.notMatch(stderr, /\n\s+at /, 'no stack trace')
+  const bad = await startServer({ DATABASE_URL: 'mysql://127.0.0.1/test' })
+  t.equal(bad.code, 1)
+  t.match(bad.stderr, /DATABASE_URL=\(value hidden\) is invalid: expected a postgres:\/\/ connection URL/)
 })
 
 t.test('a port in use or an unusable store stops start-up with one line, no stack trace', async (t) => {

@@ -8,11 +8,12 @@ t.test('healthz answers while the process is up', async (t) => {
   t.same(res.json(), { status: 'ok' })
 })
 
-t.test('readyz reports the store and the model provider', async (t) => {
+t.test("readyz reports the store, the process's owner id and the model provider", async (t) => {
   const { app } = await buildTestApp(t)
   const res = await app.inject({ method: 'GET', url: '/readyz' })
   t.equal(res.statusCode, 200)
-  t.same(res.json(), { status: 'ready', store: 'sqlite', model: 'dev' })
+  t.same(res.json(), { status: 'ready', store: 'sqlite', owner: app.agentd.coordinator.ownerId, model: 'dev' })
+  t.match(res.json().owner, /^own_/)
 })
 
 t.test('readyz is 503 with the reason while the store is unreachable', async (t) => {

@@ -1111,6 +1111,8 @@ export interface operations {
                         status: "ready";
                         /** @description sqlite or postgres */
                         store: string;
+                        /** @description this process's id, as it appears on the runs it claims (several processes share a PostgreSQL store) */
+                        owner: string;
                         /** @description 'openai' for a configured provider, 'dev' for the built-in dev model */
                         model: string;
                         /** @description the MCP servers, when there are any; one that is down is reported here but does not make agentd unready */

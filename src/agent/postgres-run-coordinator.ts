@@ -1,0 +1,313 @@
+import type pg from 'pg'
+import type { Logger } from 'pino'
+import type { EventBus } from '../events/event-bus.ts'
+import type { ClusterChannel, ClusterMessage } from '../events/cluster-channel.ts'
+import { newId } from '../ids.ts'
+import { toRun, type PostgresStore } from '../store/postgres.ts'
+import type { RunRecord, SessionRecord } from '../store/store.ts'
+import { AgentError } from './agent-error.ts'
+import type { CallSignal, Cancellation, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
+import { waitForRun } from './wait-for-run.ts'
+
+type Row = Record<string, unknown>
+
+const UNFINISHED = `status NOT IN ('completed', 'failed', 'cancelled')`
+/** A run some process holds: executing, waiting on a person or a client, or just claimed. */
+const CLAIMED = `${UNFINISHED} AND owner IS NOT NULL`
+/** How long a process waits for a run's owner to take a signal before it says the owner is unavailable. */
+const SIGNAL_TIMEOUT_MS = 5000
+
+export interface PostgresRunCoordinatorOptions {
+  /** This process's id, unique among the processes on the database. */
+  ownerId: string
+  store: PostgresStore
+  bus: EventBus
+  channel: ClusterChannel
+  /** How long a claim holds without a heartbeat (AGENTD_RUN_LEASE_MS). */
+  leaseMs: number
+  logger: Logger
+}
+
+/**
+ * The RunCoordinator of several processes on one PostgreSQL database: the queue and the owner of
+ * every run live in the runs table. A process claims a run with its owner id and a lease it
+ * renews (a heartbeat at a third of the lease); a run whose lease has expired belongs to a
+ * process that is gone, and any other takes it over (orphans). Admission checks the busy session
+ * and the tenant's count inside one transaction (the session row locked; near the tenant's limit,
+ * its admissions also serialised by an advisory lock). Signals go to the owner wherever it runs over the cluster
+ * channel; a cancel is also written on the row, which the owner's heartbeat reads should the
+ * message be lost.
+ */
+export class PostgresRunCoordinator implements RunCoordinator {
+  readonly ownerId: string
+  readonly #store: PostgresStore
+  readonly #bus: EventBus
+  readonly #channel: ClusterChannel
+  readonly #leaseMs: number
+  readonly #log: Logger
+  readonly #signals = new Map<string, RunSignals>()
+  /** Cancels that reached this process before the run attached its signals. */
+  readonly #pendingCancels = new Set<string>()
+  readonly #queuedListeners = new Set<(sessionId: string) => void>()
+  /** Signals sent to other owners, waiting for their answer. */
+  readonly #answers = new Map<string, (accepted: boolean) => void>()
+  readonly #heartbeat: NodeJS.Timeout
+  readonly #stopListening: () => void
+  #draining = false
+
+  constructor(options: PostgresRunCoordinatorOptions) {
+    this.ownerId = options.ownerId
+    this.#store = options.store
+    this.#bus = options.bus
+    this.#channel = options.channel
+    this.#leaseMs = options.leaseMs
+    this.#log = options.logger
+    this.#stopListening = this.#channel.onMessage((message) => this.#receive(message))
+    this.#heartbeat = setInterval(() => void this.#beat(), Math.max(50, Math.floor(this.#leaseMs / 3)))
+    this.#heartbeat.unref()
+  }
+
+  get #lease(): string {
+    return `now() + interval '${this.#leaseMs} milliseconds'`
+  }
+
+  async admit(session: SessionRecord, run: RunRecord, onBusy: OnBusy, maxActiveRunsPerTenant: number): Promise<Cancellation> {
+    const { cancellation, cancels } = await this.#store.transaction(async (client) => {
+      // The session row's lock orders the admissions of one session (busy check, FIFO). The check
+      // is a statement of its own: its snapshot is taken once the lock is held, so it sees the
+      // run an admission that held the lock before it committed.
+      const locked = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE', [session.id])
+      if (locked.rowCount === 0) throw new Error(`session ${session.id} does not exist`)
+      const { rows: [state] } = await client.query<Row>(`SELECT
+          (SELECT id FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos LIMIT 1) AS busy_with,
+          (SELECT count(*) FROM runs WHERE tenant = $2 AND ${UNFINISHED}) AS tenant_runs`, [session.id, session.tenant])
+      const busy = state?.busy_with !== null
+      if (busy && onBusy === 'reject') {
+        throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
+          activeRunId: state?.busy_with
+        })
+      }
+      let tenantRuns = Number(state?.tenant_runs ?? 0)
+      if (tenantRuns >= maxActiveRunsPerTenant / 2) {
+        // Near the limit, the tenant's admissions on every process queue on one lock and count
+        // again, so the limit holds exactly; far from it they do not wait for each other.
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`agentd-tenant:${session.tenant}`])
+        const { rows: [count] } = await client.query<Row>(`SELECT count(*) AS runs FROM runs WHERE tenant = $1 AND ${UNFINISHED}`, [session.tenant])
+        tenantRuns = Number(count?.runs ?? 0)
+      }
+      if (tenantRuns >= maxActiveRunsPerTenant) {
+        throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${tenantRuns} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
+          limit: 'activeRunsPerTenant', max: maxActiveRunsPerTenant
+        })
+      }
+      await client.query(`INSERT INTO runs (id, session_id, tenant, status, request_id, steps, usage, error, message_id, input, created_at,
+          started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+      [run.id, run.sessionId, session.tenant, run.status, run.requestId, run.steps, JSON.stringify(run.usage), JSON.stringify(run.error),
+        run.messageId, run.input, run.createdAt, run.startedAt, run.endedAt])
+      const result: Cancellation = { dequeued: [], signalled: [] }
+      if (!busy || onBusy !== 'interrupt') return { cancellation: result, cancels: [] as Row[] }
+      // Every run accepted before this one and not ended yet gives way, so runs are still
+      // answered in the order they were accepted and the newest interrupt wins.
+      return this.#cancelIn(client, session.id, { except: run.id })
+    })
+    this.#sendCancels(cancels)
+    this.#announce(session.id)
+    return cancellation
+  }
+
+  async claimNext(sessionId: string): Promise<RunRecord | null> {
+    if (this.#draining) return null
+    // One statement: processes claiming at once all aim at the session's first queued run, so its
+    // row lock lets one win; the others find it owned when they get the row, and claim nothing.
+    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $2, lease_until = ${this.#lease}, cancel_requested = false
+      WHERE id = (SELECT id FROM runs WHERE session_id = $1 AND status = 'queued' AND owner IS NULL ORDER BY pos LIMIT 1)
+        AND owner IS NULL
+        AND NOT EXISTS (SELECT 1 FROM runs a WHERE a.session_id = $1 AND a.${UNFINISHED} AND (a.owner IS NOT NULL OR a.status <> 'queued'))
+      RETURNING *`, [sessionId, this.ownerId])
+    return rows[0] ? toRun(rows[0]) : null
+  }
+
+  attach(runId: string, signals: RunSignals): () => void {
+    this.#signals.set(runId, signals)
+    if (this.#pendingCancels.delete(runId)) signals.cancel()
+    return () => {
+      if (this.#signals.get(runId) === signals) this.#signals.delete(runId)
+    }
+  }
+
+  async release(run: RunRecord): Promise<void> {
+    this.#pendingCancels.delete(run.id)
+    // A run whose end could not be stored stays unfinished without an owner: an orphan, ended by the recovery.
+    await this.#store.pool.query('UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2', [run.id, this.ownerId])
+    if (this.#draining) await this.#channel.send({ type: 'queued', from: this.ownerId, sessionId: run.sessionId })
+    else this.#announce(run.sessionId)
+  }
+
+  async cancel(sessionId: string, options: { onlyFirst?: boolean } = {}): Promise<Cancellation> {
+    const { cancellation, cancels } = await this.#store.transaction(async (client) => {
+      const locked = await client.query('SELECT id FROM sessions WHERE id = $1 FOR UPDATE', [sessionId])
+      if (locked.rowCount === 0) return { cancellation: { dequeued: [], signalled: [] }, cancels: [] as Row[] }
+      return this.#cancelIn(client, sessionId, { onlyFirst: options.onlyFirst ?? false })
+    })
+    this.#sendCancels(cancels)
+    return cancellation
+  }
+
+  /**
+   * Inside a transaction holding the session row: flags the claimed runs for cancellation (their
+   * owners are told after commit) and takes queued ones out of the queue for the caller, who
+   * records them as cancelled. With onlyFirst, the active run, or else the first queued one.
+   */
+  async #cancelIn(client: pg.PoolClient, sessionId: string, options: { onlyFirst?: boolean; except?: string }): Promise<{ cancellation: Cancellation; cancels: Row[] }> {
+    const except = options.except ?? ''
+    // A run taken out of the queue to be recorded as cancelled is claimed and flagged already: not signalled again.
+    const { rows: cancels } = await client.query<Row>(`UPDATE runs SET cancel_requested = true
+      WHERE session_id = $1 AND id <> $2 AND ${CLAIMED} AND NOT (status = 'queued' AND cancel_requested) RETURNING id, owner`, [sessionId, except])
+    const cancellation: Cancellation = { dequeued: [], signalled: cancels.map((row) => String(row.id)) }
+    if (options.onlyFirst && cancels.length > 0) return { cancellation, cancels }
+    const { rows } = await client.query<Row>(`UPDATE runs SET owner = $3, lease_until = ${this.#lease}, cancel_requested = true
+      WHERE id IN (SELECT id FROM runs WHERE session_id = $1 AND id <> $2 AND status = 'queued' AND owner IS NULL ORDER BY pos LIMIT $4)
+      RETURNING *`, [sessionId, except, this.ownerId, options.onlyFirst ? 1 : null])
+    cancellation.dequeued = rows.sort((a, b) => Number(a.pos) - Number(b.pos)).map(toRun)
+    return { cancellation, cancels }
+  }
+
+  #sendCancels(cancels: Row[]): void {
+    for (const row of cancels) {
+      const runId = String(row.id)
+      if (row.owner === this.ownerId) this.#cancelLocal(runId)
+      else {
+        this.#channel.send({ type: 'cancel', from: this.ownerId, to: String(row.owner), runId })
+          .catch((err: unknown) => this.#log.warn({ err, runId }, 'could not tell the owner of a run to cancel it; its heartbeat will'))
+      }
+    }
+  }
+
+  async deliver(sessionId: string, callId: string, signal: CallSignal): Promise<void> {
+    const what = signal.kind === 'approval' ? 'an approval' : 'a client tool result'
+    const notAwaiting = () => new AgentError('NOT_AWAITING', `Call ${callId} is not waiting for ${what}`, { callId })
+    const { rows } = await this.#store.pool.query<Row>(
+      `SELECT r.id, r.owner FROM runs r JOIN tool_calls c ON c.session_id = r.session_id AND c.run_id = r.id
+       WHERE r.session_id = $1 AND c.id = $2 AND r.${CLAIMED}`, [sessionId, callId])
+    const run = rows[0]
+    if (!run) throw notAwaiting()
+    const runId = String(run.id)
+    if (run.owner === this.ownerId) {
+      if (!this.#signals.get(runId)?.signal(callId, signal)) throw notAwaiting()
+      return
+    }
+    const id = newId('req')
+    const answered = new Promise<boolean | 'timeout'>((resolve) => {
+      const timer = setTimeout(() => {
+        this.#answers.delete(id)
+        resolve('timeout')
+      }, SIGNAL_TIMEOUT_MS)
+      this.#answers.set(id, (accepted) => {
+        clearTimeout(timer)
+        this.#answers.delete(id)
+        resolve(accepted)
+      })
+    })
+    await this.#channel.send({ type: 'signal', from: this.ownerId, to: String(run.owner), id, runId, callId, signal })
+    const accepted = await answered
+    if (accepted === 'timeout') {
+      throw new AgentError('UNAVAILABLE', `The process running call ${callId} did not answer; retry once its run has been taken over`, { callId })
+    }
+    if (!accepted) throw notAwaiting()
+  }
+
+  async orphans(): Promise<RunRecord[]> {
+    // Runs whose owner stopped renewing its lease, and started runs released without an end.
+    // SKIP LOCKED and the owner set here hand each to one process only.
+    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $1, lease_until = ${this.#lease}, cancel_requested = false
+      WHERE id IN (SELECT id FROM runs WHERE ${UNFINISHED}
+        AND ((owner IS NOT NULL AND lease_until < now()) OR (owner IS NULL AND status <> 'queued'))
+        ORDER BY pos FOR UPDATE SKIP LOCKED)
+      RETURNING *`, [this.ownerId])
+    return rows.sort((a, b) => Number(a.pos) - Number(b.pos)).map(toRun)
+  }
+
+  async requeue(session: SessionRecord, run: RunRecord): Promise<void> {
+    await this.#store.pool.query('UPDATE runs SET owner = NULL, lease_until = NULL, cancel_requested = false WHERE id = $1 AND owner = $2', [run.id, this.ownerId])
+    this.#announce(session.id)
+  }
+
+  async drainQueued(): Promise<RunRecord[]> {
+    // Queued runs stay in the database for the other processes (or the next start) to run.
+    this.#draining = true
+    return []
+  }
+
+  waitFor(sessionId: string, runId: string, options: { untilPause?: boolean } = {}): Promise<RunRecord | null> {
+    return waitForRun(this.#bus, this.#store, sessionId, runId, options.untilPause ?? false)
+  }
+
+  onQueued(listener: (sessionId: string) => void): () => void {
+    this.#queuedListeners.add(listener)
+    return () => this.#queuedListeners.delete(listener)
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#heartbeat)
+    this.#stopListening()
+    this.#queuedListeners.clear()
+    for (const answer of this.#answers.values()) answer(false)
+  }
+
+  /**
+   * Renews the leases of this process's runs, stops those a cancel was written for (in case its
+   * message was lost), and offers this process the queued runs nobody has claimed (a wake-up lost,
+   * or its sender died before it could claim).
+   */
+  async #beat(): Promise<void> {
+    const { pool } = this.#store
+    try {
+      // SKIP LOCKED: a run whose row a commit holds right now is renewed on the next beat.
+      await pool.query(`UPDATE runs SET lease_until = ${this.#lease}
+        WHERE id IN (SELECT id FROM runs WHERE owner = $1 AND ${UNFINISHED} FOR UPDATE SKIP LOCKED)`, [this.ownerId])
+      const { rows: cancelled } = await pool.query<Row>(`SELECT id FROM runs WHERE owner = $1 AND cancel_requested AND ${UNFINISHED}`, [this.ownerId])
+      for (const row of cancelled) this.#signals.get(String(row.id))?.cancel()
+      if (!this.#draining) {
+        const { rows: queued } = await pool.query<Row>(`SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND owner IS NULL LIMIT 100`)
+        for (const row of queued) this.#announce(String(row.session_id))
+      }
+      await this.#channel.sweep()
+    } catch (err) {
+      this.#log.warn({ err }, 'run heartbeat failed; leases are renewed on the next one')
+    }
+  }
+
+  #receive(message: ClusterMessage): void {
+    switch (message.type) {
+      case 'queued':
+        if (message.from !== this.ownerId && !this.#draining) this.#announce(message.sessionId)
+        return
+      case 'cancel':
+        if (message.to === this.ownerId) this.#cancelLocal(message.runId)
+        return
+      case 'signal': {
+        if (message.to !== this.ownerId) return
+        // Only coordinators send signals, and always a CallSignal.
+        const accepted = this.#signals.get(message.runId)?.signal(message.callId, message.signal as CallSignal) ?? false
+        this.#channel.send({ type: 'answer', from: this.ownerId, to: message.from, id: message.id, accepted })
+          .catch((err: unknown) => this.#log.warn({ err }, 'could not answer a signal'))
+        return
+      }
+      case 'answer':
+        if (message.to === this.ownerId) this.#answers.get(message.id)?.(message.accepted)
+        return
+      default:
+    }
+  }
+
+  #cancelLocal(runId: string): void {
+    const signals = this.#signals.get(runId)
+    if (signals) signals.cancel()
+    else this.#pendingCancels.add(runId)
+  }
+
+  /** Offers this process the session's next queued run. */
+  #announce(sessionId: string): void {
+    for (const listener of [...this.#queuedListeners]) listener(sessionId)
+  }
+}

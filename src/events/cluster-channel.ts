@@ -1,0 +1,236 @@
+import { Redis } from 'ioredis'
+import pg from 'pg'
+
+/** What agentd processes on one database tell each other. Every message names its sender. */
+export type ClusterMessage =
+  /** Events were committed: per session, its newest seq. Receivers read the rows they have not delivered. */
+  | { type: 'events'; from: string; sessions: Array<[sessionId: string, seq: number]> }
+  /** A session was deleted: its streams end everywhere. */
+  | { type: 'ended'; from: string; sessionId: string; reason: string }
+  /** A session has a queued run nobody may be about to claim. */
+  | { type: 'queued'; from: string; sessionId: string }
+  /** The owner of a run is asked to stop it. */
+  | { type: 'cancel'; from: string; to: string; runId: string }
+  /**
+   * A decision or client result for a call of a run the receiver owns; answered with 'answer'.
+   * `signal` is the coordinator's CallSignal: the channel carries it without looking inside.
+   */
+  | { type: 'signal'; from: string; to: string; id: string; runId: string; callId: string; signal: unknown }
+  | { type: 'answer'; from: string; to: string; id: string; accepted: boolean }
+
+/**
+ * A broadcast between the processes of one deployment: every process hears every message
+ * (its own included), at most once, with no order promised between senders. Nothing durable
+ * travels here: messages are wake-ups and requests, the database holds the state.
+ */
+export interface ClusterChannel {
+  readonly kind: 'postgres' | 'redis'
+  send(message: ClusterMessage): Promise<void>
+  /** Calls the listener with every message; returns the unsubscribe. */
+  onMessage(listener: (message: ClusterMessage) => void): () => void
+  /** Forgets what every process has had time to read (called now and then). */
+  sweep(): Promise<void>
+  /** Calls the listener after the channel reconnected (messages sent meanwhile are lost: catch up from the database). */
+  onReconnect(listener: () => void): () => void
+  close(): Promise<void>
+}
+
+/** NOTIFY payloads must stay under 8000 bytes; larger messages travel through the cluster_messages table. */
+const MAX_NOTIFY_BYTES = 7000
+
+abstract class ListenerSets {
+  protected readonly messageListeners = new Set<(message: ClusterMessage) => void>()
+  protected readonly reconnectListeners = new Set<() => void>()
+
+  onMessage(listener: (message: ClusterMessage) => void): () => void {
+    this.messageListeners.add(listener)
+    return () => this.messageListeners.delete(listener)
+  }
+
+  onReconnect(listener: () => void): () => void {
+    this.reconnectListeners.add(listener)
+    return () => this.reconnectListeners.delete(listener)
+  }
+
+  protected dispatch(text: string): void {
+    let message: ClusterMessage
+    try {
+      message = JSON.parse(text) as ClusterMessage
+    } catch {
+      return
+    }
+    for (const listener of [...this.messageListeners]) {
+      try {
+        listener(message)
+      } catch {
+        // A listener's failure is its own; the others still hear the message.
+      }
+    }
+  }
+
+  protected reconnected(): void {
+    for (const listener of [...this.reconnectListeners]) listener()
+  }
+}
+
+/**
+ * The channel over PostgreSQL LISTEN/NOTIFY. Listening takes one dedicated connection; sending
+ * goes through the pool as its own small statement, never inside a transaction that writes
+ * events (a NOTIFY takes a lock global to the instance at commit, which would serialise every
+ * event-writing commit of every process). The channel is named after the schema, so
+ * deployments (or test runs) in other schemas of the same database never hear each other.
+ */
+export class PostgresChannel extends ListenerSets implements ClusterChannel {
+  readonly kind = 'postgres' as const
+  readonly #pool: pg.Pool
+  readonly #connect: () => pg.Client
+  readonly #name: string
+  readonly #onError: (err: Error) => void
+  #listener: pg.Client | null = null
+  #closed = false
+  #retry: NodeJS.Timeout | undefined
+
+  private constructor(pool: pg.Pool, connect: () => pg.Client, name: string, onError: (err: Error) => void) {
+    super()
+    this.#pool = pool
+    this.#connect = connect
+    this.#name = name
+    this.#onError = onError
+  }
+
+  /** Opens the listening connection; `connect` makes a client with the store's settings. */
+  static async open(pool: pg.Pool, connect: () => pg.Client, onError: (err: Error) => void): Promise<PostgresChannel> {
+    const { rows } = await pool.query<{ schema: string }>('SELECT current_schema() AS schema')
+    const channel = new PostgresChannel(pool, connect, `agentd:${rows[0]?.schema ?? 'public'}`, onError)
+    await channel.#listen()
+    return channel
+  }
+
+  /** The channel's name; Redis uses the same one, so it too stays within one deployment. */
+  get name(): string {
+    return this.#name
+  }
+
+  async #listen(): Promise<void> {
+    const client = this.#connect()
+    client.on('notification', (note) => {
+      if (note.channel === this.#name && note.payload) void this.#receive(note.payload)
+    })
+    client.on('error', (err) => {
+      this.#onError(err)
+      this.#reconnectSoon(client)
+    })
+    client.on('end', () => this.#reconnectSoon(client))
+    await client.connect()
+    await client.query(`LISTEN ${pg.escapeIdentifier(this.#name)}`)
+    this.#listener = client
+  }
+
+  #reconnectSoon(client: pg.Client): void {
+    if (this.#closed || this.#listener !== client) return
+    this.#listener = null
+    client.end().catch(() => undefined)
+    const attempt = (delayMs: number) => {
+      this.#retry = setTimeout(() => {
+        this.#listen().then(() => this.reconnected(), (err: Error) => {
+          this.#onError(err)
+          attempt(Math.min(delayMs * 2, 5000))
+        })
+      }, delayMs)
+      this.#retry.unref()
+    }
+    attempt(100)
+  }
+
+  async #receive(payload: string): Promise<void> {
+    if (payload.startsWith('#')) {
+      const { rows } = await this.#pool.query<{ payload: string }>('SELECT payload FROM cluster_messages WHERE id = $1', [payload.slice(1)])
+        .catch(() => ({ rows: [] as Array<{ payload: string }> }))
+      if (rows[0]) this.dispatch(rows[0].payload)
+      return
+    }
+    this.dispatch(payload)
+  }
+
+  async send(message: ClusterMessage): Promise<void> {
+    if (this.#closed) return
+    let payload = JSON.stringify(message)
+    if (Buffer.byteLength(payload) > MAX_NOTIFY_BYTES) {
+      const { rows } = await this.#pool.query<{ id: string }>('INSERT INTO cluster_messages (payload) VALUES ($1) RETURNING id', [payload])
+      payload = `#${rows[0]?.id}`
+    }
+    await this.#pool.query('SELECT pg_notify($1, $2)', [this.#name, payload])
+  }
+
+  /** Forgets large messages every process has had time to read. */
+  async sweep(): Promise<void> {
+    await this.#pool.query(`DELETE FROM cluster_messages WHERE sent_at < now() - interval '1 minute'`)
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true
+    clearTimeout(this.#retry)
+    const listener = this.#listener
+    this.#listener = null
+    await listener?.end().catch(() => undefined)
+    this.messageListeners.clear()
+    this.reconnectListeners.clear()
+  }
+}
+
+/** The channel over Redis pub/sub (AGENTD_REDIS_URL): wake-ups cost the database nothing. */
+export class RedisChannel extends ListenerSets implements ClusterChannel {
+  readonly kind = 'redis' as const
+  readonly #publisher: Redis
+  readonly #subscriber: Redis
+  readonly #name: string
+
+  private constructor(publisher: Redis, subscriber: Redis, name: string) {
+    super()
+    this.#publisher = publisher
+    this.#subscriber = subscriber
+    this.#name = name
+  }
+
+  static async open(url: string, name: string, onError: (err: Error) => void): Promise<RedisChannel> {
+    const options = { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5000 }
+    const publisher = new Redis(url, options)
+    const subscriber = new Redis(url, options)
+    for (const client of [publisher, subscriber]) client.on('error', onError)
+    const channel = new RedisChannel(publisher, subscriber, name)
+    try {
+      await Promise.all([publisher.connect(), subscriber.connect()])
+      await subscriber.subscribe(name)
+    } catch (err) {
+      publisher.disconnect()
+      subscriber.disconnect()
+      throw new Error(`cannot use Redis at AGENTD_REDIS_URL: ${(err as Error).message}`, { cause: err })
+    }
+    // Connected already: a later 'ready' is a reconnect. ioredis subscribes again by itself; what
+    // was sent meanwhile is lost.
+    subscriber.on('ready', () => channel.reconnected())
+    subscriber.on('message', (from, text: string) => {
+      if (from === name) channel.dispatch(text)
+    })
+    return channel
+  }
+
+  /** The publishing connection, shared with the rate limiter and the stream counter. */
+  get client(): Redis {
+    return this.#publisher
+  }
+
+  async sweep(): Promise<void> {
+    // Pub/sub keeps nothing.
+  }
+
+  async send(message: ClusterMessage): Promise<void> {
+    await this.#publisher.publish(this.#name, JSON.stringify(message))
+  }
+
+  async close(): Promise<void> {
+    this.messageListeners.clear()
+    this.reconnectListeners.clear()
+    await Promise.all([this.#publisher.quit().catch(() => undefined), this.#subscriber.quit().catch(() => undefined)])
+  }
+}

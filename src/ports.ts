@@ -1,0 +1,78 @@
+import { randomBytes } from 'node:crypto'
+import type { Redis } from 'ioredis'
+import type { Logger } from 'pino'
+import { LocalRunCoordinator } from './agent/local-run-coordinator.ts'
+import { PostgresRunCoordinator } from './agent/postgres-run-coordinator.ts'
+import type { RunCoordinator } from './agent/run-coordinator.ts'
+import { PostgresChannel, RedisChannel, type ClusterChannel } from './events/cluster-channel.ts'
+import { LocalEventBus, type EventBus } from './events/event-bus.ts'
+import { SharedEventBus } from './events/shared-event-bus.ts'
+import { PostgresStore } from './store/postgres.ts'
+import type { Store } from './store/store.ts'
+
+/** What several processes share (STYLE 13), as this process sees it. */
+export interface Ports {
+  bus: EventBus
+  coordinator: RunCoordinator
+  /** The Redis connection when AGENTD_REDIS_URL is set (shared rate limits and stream caps), and the key prefix of this deployment. */
+  redis: { client: Redis; namespace: string } | null
+  /** Looks for runs whose owner is gone, now and then (a no-op for the embedded store, which recovers at start only). */
+  startRecovery(recover: () => Promise<unknown>): void
+  close(): Promise<void>
+}
+
+/**
+ * The ports of the configured deployment: one process on SQLite gets the in-process bus and
+ * coordinator; processes on PostgreSQL share the database-backed coordinator and a bus whose
+ * wake-ups travel over LISTEN/NOTIFY, or Redis pub/sub when AGENTD_REDIS_URL is set.
+ */
+export async function openPorts(options: { store: Store; readStore: Store; redisUrl: string | undefined; runLeaseMs: number; log: Logger }): Promise<Ports> {
+  const { store, readStore, log } = options
+  if (!(store instanceof PostgresStore)) {
+    const bus = new LocalEventBus()
+    const coordinator = new LocalRunCoordinator({ store: readStore, bus })
+    const redis = options.redisUrl ? await RedisChannel.open(options.redisUrl, 'agentd:local', (err) => log.warn({ err }, 'Redis connection error')) : null
+    return {
+      bus, coordinator, redis: redis ? { client: redis.client, namespace: 'agentd:local:' } : null,
+      startRecovery: () => undefined,
+      async close() {
+        await coordinator.close()
+        await bus.close()
+        await redis?.close()
+      }
+    }
+  }
+  const onChannelError = (err: unknown) => log.warn({ err }, 'cluster channel error; wake-ups resume after it reconnects')
+  const postgres = await PostgresChannel.open(store.pool, () => store.newClient(), onChannelError)
+  let redis: RedisChannel | null = null
+  try {
+    if (options.redisUrl) redis = await RedisChannel.open(options.redisUrl, postgres.name, onChannelError)
+  } catch (err) {
+    await postgres.close()
+    throw err
+  }
+  const channel: ClusterChannel = redis ?? postgres
+  const ownerId = `own_${randomBytes(9).toString('base64url')}`
+  const bus = new SharedEventBus({
+    store: readStore, channel, processId: ownerId, onError: (err) => log.warn({ err }, 'event fan-out between processes failed')
+  })
+  const coordinator = new PostgresRunCoordinator({ ownerId, store, bus, channel, leaseMs: options.runLeaseMs, logger: log })
+  let recovery: NodeJS.Timeout | undefined
+  return {
+    bus, coordinator, redis: redis ? { client: redis.client, namespace: `${postgres.name}:` } : null,
+    startRecovery(recover) {
+      // A dead owner's runs are taken over within its lease plus this interval.
+      recovery = setInterval(() => {
+        recover().catch((err: unknown) => log.error({ err }, 'recovering runs of a process that is gone failed'))
+      }, Math.min(5000, Math.max(100, Math.floor(options.runLeaseMs / 3))))
+      recovery.unref()
+    },
+    async close() {
+      clearInterval(recovery)
+      await coordinator.close()
+      await bus.close()
+      await postgres.close()
+      await redis?.close()
+    }
+  }
+}

@@ -1,0 +1,79 @@
+import t from 'tap'
+import { PostgresChannel } from '../../src/events/cluster-channel.ts'
+import { EventLog } from '../../src/events/event-log.ts'
+import { SharedEventBus } from '../../src/events/shared-event-bus.ts'
+import { PostgresStore } from '../../src/store/postgres.ts'
+import type { EventRecord, SessionRecord } from '../../src/store/store.ts'
+import type { TapTest } from '../helpers/app.ts'
+import { postgresUrl, withSchema } from '../helpers/postgres.ts'
+import { until } from '../helpers/server-process.ts'
+
+/** Two "processes" in one test: each with its own store (pool), channel and bus, on one schema. */
+async function twoProcesses(t: TapTest) {
+  const schema = await withSchema(t)
+  const open = async (name: string) => {
+    const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
+    await store.migrate()
+    const channel = await PostgresChannel.open(store.pool, () => store.newClient(), () => undefined)
+    const bus = new SharedEventBus({ store, channel, processId: name, onError: () => undefined })
+    t.teardown(async () => {
+      await bus.close()
+      await channel.close()
+      await store.close()
+    })
+    return { store, channel, bus, log: new EventLog(store, bus) }
+  }
+  const a = await open('own_a')
+  const b = await open('own_b')
+  const now = new Date().toISOString()
+  const session: SessionRecord = {
+    id: 'ses_bus', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  }
+  await a.store.createSession(session)
+  return { a, b, schema }
+}
+
+const event = (type: string) => ({ sessionId: 'ses_bus', runId: null, channel: 'monitor' as const, type, at: new Date().toISOString(), requestId: null, data: {} })
+
+t.test('events written by two processes reach a subscriber on either, each once, in seq order', async (t) => {
+  const { a, b } = await twoProcesses(t)
+  const onB: EventRecord[] = []
+  const onA: EventRecord[] = []
+  b.bus.subscribe('ses_bus', (e) => onB.push(e))
+  a.bus.subscribe('ses_bus', (e) => onA.push(e))
+  for (let i = 0; i < 30; i++) {
+    const writer = i % 3 === 0 ? b.log : a.log
+    void writer.append(event(`e${i}`))
+  }
+  await until(async () => onB.length >= 30 && onA.length >= 30, 10_000, '30 events on both')
+  await new Promise((r) => setTimeout(r, 100))
+  const expected = Array.from({ length: 30 }, (_, i) => i + 1)
+  t.same(onB.map((e) => e.seq), expected, 'B: every seq once, in order')
+  t.same(onA.map((e) => e.seq), expected, 'A: every seq once, in order')
+})
+
+t.test("deleting a session ends it on the other process's bus", async (t) => {
+  const { a, b } = await twoProcesses(t)
+  const ended: string[] = []
+  b.bus.onSessionEnded((sessionId, reason) => ended.push(`${sessionId}: ${reason}`))
+  a.bus.endSession('ses_bus', 'deleted')
+  await until(async () => ended.length > 0, 5000, 'the end on B')
+  t.same(ended, ['ses_bus: deleted'])
+})
+
+t.test('a listening connection that drops reconnects, and what was written meanwhile still arrives', async (t) => {
+  const { a, b, schema } = await twoProcesses(t)
+  const onB: EventRecord[] = []
+  b.bus.subscribe('ses_bus', (e) => onB.push(e))
+  await a.log.append(event('before'))
+  await until(async () => onB.length === 1, 5000, 'the first event')
+  const admin = new PostgresStore({ connectionString: postgresUrl })
+  t.teardown(() => admin.close())
+  const killed = await admin.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1`, [`LISTEN "agentd:${schema}"`])
+  t.ok((killed.rowCount ?? 0) >= 1, 'the listening connections were cut')
+  await a.log.append(event('while cut'))
+  await a.log.append(event('after'))
+  await until(async () => onB.length === 3, 10_000, 'the events written while the connection was down')
+  t.same(onB.map((e) => [e.seq, e.type]), [[1, 'before'], [2, 'while cut'], [3, 'after']])
+})

@@ -1,0 +1,33 @@
+import { randomBytes } from 'node:crypto'
+import pg from 'pg'
+import type { TapTest } from './app.ts'
+
+/** The machine's PostgreSQL (trust auth); AGENTD_TEST_DATABASE_URL points the tests elsewhere. */
+export const postgresUrl = process.env.AGENTD_TEST_DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test'
+
+/** Creates a schema of its own for this test and drops it (and everything in it) after. */
+export async function withSchema(t: TapTest): Promise<string> {
+  const schema = `agentd_test_${randomBytes(6).toString('hex')}`
+  const client = new pg.Client({ connectionString: postgresUrl })
+  await client.connect()
+  try {
+    await client.query(`CREATE SCHEMA ${schema}`)
+  } finally {
+    await client.end()
+  }
+  t.teardown(async () => {
+    const admin = new pg.Client({ connectionString: postgresUrl })
+    await admin.connect()
+    try {
+      await admin.query(`DROP SCHEMA ${schema} CASCADE`)
+    } finally {
+      await admin.end()
+    }
+  })
+  return schema
+}
+
+/** DATABASE_URL of the schema, for server processes (search_path through the `options` parameter). */
+export function schemaUrl(schema: string): string {
+  return `${postgresUrl}?options=${encodeURIComponent(`-c search_path=${schema}`)}`
+}

@@ -1,0 +1,81 @@
+import t from 'tap'
+import { PostgresStore } from '../../src/store/postgres.ts'
+import type { TapTest } from '../helpers/app.ts'
+import { postgresUrl, withSchema } from '../helpers/postgres.ts'
+import { storeContract } from './contract.ts'
+
+async function openPostgres(t: TapTest): Promise<PostgresStore> {
+  const schema = await withSchema(t)
+  const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
+  t.teardown(() => store.close())
+  await store.migrate()
+  return store
+}
+
+t.test('the PostgreSQL store keeps the store contract', async (t) => {
+  storeContract(t, openPostgres)
+})
+
+t.test('units handed over together commit together, and one failing unit fails alone', async (t) => {
+  const store = await openPostgres(t)
+  const now = new Date().toISOString()
+  const base = {
+    tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  }
+  await store.createSession({ ...base, id: 'ses_g' })
+  const event = { sessionId: 'ses_g', runId: null, channel: 'monitor' as const, type: 'x', at: now, requestId: null, data: {} }
+  const message = { id: 'msg_dup', sessionId: 'ses_g', runId: null, role: 'user' as const, content: 'hi', createdAt: now }
+  const results = await Promise.allSettled([
+    store.commit([{ type: 'event', event }]),
+    store.commit([{ type: 'message', message }, { type: 'event', event }]),
+    store.commit([{ type: 'message', message }, { type: 'event', event }]),
+    store.commit([{ type: 'event', event }])
+  ])
+  t.same(results.map((r) => r.status), ['fulfilled', 'fulfilled', 'rejected', 'fulfilled'], 'the duplicate message fails its unit only')
+  t.same((await store.listEvents('ses_g', { after: 0 })).map((e) => e.seq), [1, 2, 3], 'seq stays gap-free')
+})
+
+t.test('several stores (processes) on one database keep one gap-free seq per session', async (t) => {
+  const schema = await withSchema(t)
+  const stores = [0, 1, 2].map(() => new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` }))
+  t.teardown(() => Promise.all(stores.map((s) => s.close())))
+  await Promise.all(stores.map((s) => s.migrate()))
+  const now = new Date().toISOString()
+  await stores[0]!.createSession({
+    id: 'ses_m', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  })
+  const event = { sessionId: 'ses_m', runId: null, channel: 'monitor' as const, type: 'x', at: now, requestId: null, data: {} }
+  await Promise.all(Array.from({ length: 60 }, (_, i) => stores[i % 3]!.commit([{ type: 'event', event }, { type: 'event', event }])))
+  const seqs = (await stores[1]!.listEvents('ses_m', { after: 0 })).map((e) => e.seq)
+  t.same(seqs, Array.from({ length: 120 }, (_, i) => i + 1))
+  t.equal((await stores[2]!.getSessionById('ses_m'))?.lastSeq, 120)
+})
+
+t.test('an unreachable database or a bad URL is one clear error', async (t) => {
+  const closed = new PostgresStore({ connectionString: 'postgres://root@127.0.0.1:1/test' })
+  t.teardown(() => closed.close())
+  await t.rejects(closed.migrate(), { code: 'STORE_UNREACHABLE', message: /cannot use the PostgreSQL database 127\.0\.0\.1:1\/test: .*ECONNREFUSED/ })
+  const missing = new PostgresStore({ connectionString: `${postgresUrl.replace(/\/test$/, '')}/no_such_database_agentd` })
+  t.teardown(() => missing.close())
+  await t.rejects(missing.migrate(), { code: 'STORE_UNREACHABLE', message: /no_such_database_agentd/ })
+})
+
+t.test('a message keeps what it stands for (replacesMessages), also in a fork', async (t) => {
+  const store = await openPostgres(t)
+  const now = new Date().toISOString()
+  const session = (id: string) => ({
+    id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  })
+  await store.createSession(session('ses_s'))
+  await store.commit([
+    { type: 'message', message: { id: 'msg_1', sessionId: 'ses_s', runId: null, role: 'user', content: 'hello', createdAt: now } },
+    { type: 'message', message: { id: 'msg_2', sessionId: 'ses_s', runId: null, role: 'assistant', content: 'earlier: hello', replacesMessages: 1, createdAt: now } }
+  ])
+  t.match(await store.listMessages('ses_s'), [{ id: 'msg_1', replacesMessages: undefined }, { id: 'msg_2', replacesMessages: 1 }])
+  let ids = 0
+  await store.forkSession('ses_s', session('ses_sf'), 0, { newMessageId: () => `msg_f${++ids}`, sealedAnswer: () => 'sealed' })
+  t.match(await store.listMessages('ses_sf'), [{ content: 'hello' }, { content: 'earlier: hello', replacesMessages: 1 }])
+})
