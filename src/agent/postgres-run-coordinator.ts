@@ -262,9 +262,12 @@ export class PostgresRunCoordinator implements RunCoordinator {
   async #beat(): Promise<void> {
     const { pool } = this.#store
     try {
+      // Only the runs this process is executing: one it took over but could not finish (its
+      // recovery failed) lapses again and is taken over again, instead of staying owned forever.
       // SKIP LOCKED: a run whose row a commit holds right now is renewed on the next beat.
       await pool.query(`UPDATE runs SET lease_until = ${this.#lease}
-        WHERE id IN (SELECT id FROM runs WHERE owner = $1 AND ${UNFINISHED} FOR UPDATE SKIP LOCKED)`, [this.ownerId])
+        WHERE id IN (SELECT id FROM runs WHERE owner = $1 AND id = ANY($2::text[]) AND ${UNFINISHED} FOR UPDATE SKIP LOCKED)`,
+      [this.ownerId, [...this.#signals.keys()]])
       const { rows: cancelled } = await pool.query<Row>(`SELECT id FROM runs WHERE owner = $1 AND cancel_requested AND ${UNFINISHED}`, [this.ownerId])
       for (const row of cancelled) this.#signals.get(String(row.id))?.cancel()
       if (!this.#draining) {
