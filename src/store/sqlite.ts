@@ -1,16 +1,15 @@
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
-import type { Usage } from '../schemas/common.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { unansweredCalls } from './history.ts'
 import { SessionGoneError } from './store.ts'
+import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import type {
-  EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, NewEvent, RunPatch,
-  RunRecord, SessionPatch, SessionRecord, Store, StoreWrite, ToolCallRecord, AuditedToolCall
+  EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch,
+  RunRecord, SessionRecord, Store, StoreWrite, ToolCallRecord, AuditedToolCall
 } from './store.ts'
 
-type Row = Record<string, unknown>
 type Param = string | number | null
 
 interface PendingWrite {
@@ -21,8 +20,6 @@ interface PendingWrite {
   reject: (reason: unknown) => void
 }
 
-const json = (value: unknown): string | null => (value === undefined ? null : JSON.stringify(value))
-const parse = <T>(text: unknown): T => (text === null || text === undefined ? (null as T) : (JSON.parse(String(text)) as T))
 
 /** Thrown when the store was used after close(); the routes turn it into 503 UNAVAILABLE. */
 export class StoreClosedError extends Error {
@@ -516,97 +513,6 @@ const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at
 const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
     replaces_messages)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-/** A session as the parameters of INSERT_SESSION. */
-function sessionParams(s: SessionRecord): Param[] {
-  return [
-    s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
-    json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
-    s.usage.totalTokens, json(s.forkedFrom)
-  ]
-}
-
-function toSession(row: Row): SessionRecord {
-  return {
-    id: String(row.id),
-    tenant: String(row.tenant),
-    createdAt: String(row.created_at),
-    updatedAt: String(row.updated_at),
-    status: row.status as SessionRecord['status'],
-    model: String(row.model),
-    instructions: (row.instructions as string | null) ?? null,
-    tools: parse(row.tools),
-    approval: parse(row.approval),
-    limits: parse(row.limits),
-    metadata: parse(row.metadata),
-    lastSeq: Number(row.last_seq),
-    usage: { inputTokens: Number(row.input_tokens), outputTokens: Number(row.output_tokens), totalTokens: Number(row.total_tokens) },
-    forkedFrom: parse(row.forked_from)
-  }
-}
-
-function toEvent(row: Row): EventRecord {
-  return {
-    seq: Number(row.seq),
-    sessionId: String(row.session_id),
-    runId: (row.run_id as string | null) ?? null,
-    channel: row.channel as EventRecord['channel'],
-    type: String(row.type),
-    at: String(row.at),
-    requestId: (row.request_id as string | null) ?? null,
-    data: parse(row.data)
-  }
-}
-
-function toMessage(row: Row): MessageRecord {
-  const message: MessageRecord = {
-    id: String(row.id),
-    sessionId: String(row.session_id),
-    runId: (row.run_id as string | null) ?? null,
-    role: row.role as MessageRecord['role'],
-    content: (row.content as string | null) ?? null,
-    createdAt: String(row.created_at)
-  }
-  if (row.tool_calls !== null) message.toolCalls = parse(row.tool_calls)
-  if (row.tool_call_id !== null) message.toolCallId = String(row.tool_call_id)
-  if (row.replaces_messages !== null) message.replacesMessages = Number(row.replaces_messages)
-  return message
-}
-
-function toRun(row: Row): RunRecord {
-  return {
-    id: String(row.id),
-    sessionId: String(row.session_id),
-    status: row.status as RunRecord['status'],
-    requestId: String(row.request_id),
-    steps: Number(row.steps),
-    usage: parse(row.usage),
-    error: parse(row.error),
-    messageId: String(row.message_id),
-    input: String(row.input),
-    createdAt: String(row.created_at),
-    startedAt: (row.started_at as string | null) ?? null,
-    endedAt: (row.ended_at as string | null) ?? null
-  }
-}
-
-function toToolCall(row: Row): ToolCallRecord {
-  const call: ToolCallRecord = {
-    id: String(row.id),
-    sessionId: String(row.session_id),
-    runId: String(row.run_id),
-    step: Number(row.step),
-    name: String(row.name),
-    input: parse(row.input),
-    state: row.state as ToolCallRecord['state'],
-    startedAt: String(row.started_at),
-    endedAt: (row.ended_at as string | null) ?? null,
-    durationMs: row.duration_ms === null ? null : Number(row.duration_ms)
-  }
-  if (row.result !== null) call.result = parse(row.result)
-  if (row.error !== null) call.error = parse(row.error)
-  return call
-}
 
 const RUN_COLUMNS: Record<keyof RunPatch, string> = {
   status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
