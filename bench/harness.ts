@@ -5,7 +5,7 @@
  * send stamps would wait behind the service's work, and the clients' SSE parsing would be billed
  * to the service. Separate processes are also how agentd and a model server run for real.
  */
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import OpenAI from 'openai'
@@ -43,7 +43,16 @@ export async function startServiceProcess(modelUrl: string): Promise<ChildServer
     async close() {
       await service.close()
       if (profiling) {
-        for (const file of readdirSync(join(dir, 'profile'))) printCpuProfile(join(dir, 'profile', file), `agentd CPU profile (pid ${service.pid})`)
+        for (const file of readdirSync(join(dir, 'profile'))) {
+          printCpuProfile(join(dir, 'profile', file), `agentd CPU profile (pid ${service.pid})`)
+          // BENCH_CPU_PROF_KEEP=<folder>: the raw profile is kept there, for Chrome DevTools or speedscope.
+          const keep = process.env['BENCH_CPU_PROF_KEEP']
+          if (keep) {
+            mkdirSync(keep, { recursive: true })
+            copyFileSync(join(dir, 'profile', file), join(keep, file))
+            console.log(`profile kept: ${join(keep, file)}`)
+          }
+        }
       }
       rmSync(dir, { recursive: true, force: true })
     }

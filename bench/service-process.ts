@@ -36,3 +36,11 @@ serveChild(`http://127.0.0.1:${address.port}`, async () => {
   await app.close()
   await model.close()
 })
+if (process.env['BENCH_ELU']) {
+  let last = performance.eventLoopUtilization()
+  setInterval(() => {
+    const now = performance.eventLoopUtilization()
+    console.error(`ELU ${performance.eventLoopUtilization(now, last).utilization.toFixed(2)}`)
+    last = now
+  }, 2000).unref()
+}

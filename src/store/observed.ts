@@ -17,33 +17,43 @@ export function observeStore(store: Store, health: StoreHealth, onFailure: (oper
   const report = () => {
     health.storeFailure = failures.values().next().value ?? null
   }
+  // One wrapper per method, made on first use (the store is called for every event); a method
+  // replaced on the store gets a wrapper of its own.
+  const wrappers = new WeakMap<object, unknown>()
+  const wrap = (property: string, method: (...a: unknown[]) => unknown) => (...args: unknown[]) => {
+    const result: unknown = method.apply(store, args)
+    if (!(result instanceof Promise)) return result
+    return result.then(
+      (settled) => {
+        // Named only while something is failing: the name of a unit of work costs a little to build.
+        if (failures.size > 0 && failures.delete(operationName(property, args))) report()
+        return settled
+      },
+      (err: unknown) => {
+        const code = (err as { code?: string } | null)?.code
+        // A closed store (shutdown) or a deleted session is not the store failing.
+        if (code !== 'STORE_CLOSED' && code !== 'SESSION_GONE') {
+          const operation = operationName(property, args)
+          failures.set(operation, `${operation}: ${err instanceof Error ? err.message : String(err)}`)
+          report()
+          onFailure(operation, err)
+        }
+        throw err
+      }
+    )
+  }
   return new Proxy(store, {
     get(target, property, receiver) {
       const value: unknown = Reflect.get(target, property, receiver)
       if (typeof value !== 'function') return value
       // The methods use private fields, so they must run on the target, not on the proxy.
       if (property === 'close' || property === 'migrate') return value.bind(target)
-      return (...args: unknown[]) => {
-        const operation = operationName(String(property), args)
-        const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args)
-        if (!(result instanceof Promise)) return result
-        return result.then(
-          (settled) => {
-            if (failures.delete(operation)) report()
-            return settled
-          },
-          (err: unknown) => {
-            const code = (err as { code?: string } | null)?.code
-            // A closed store (shutdown) or a deleted session is not the store failing.
-            if (code !== 'STORE_CLOSED' && code !== 'SESSION_GONE') {
-              failures.set(operation, `${operation}: ${err instanceof Error ? err.message : String(err)}`)
-              report()
-              onFailure(operation, err)
-            }
-            throw err
-          }
-        )
+      let wrapper = wrappers.get(value)
+      if (!wrapper) {
+        wrapper = wrap(String(property), value as (...a: unknown[]) => unknown)
+        wrappers.set(value, wrapper)
       }
+      return wrapper
     }
   })
 }

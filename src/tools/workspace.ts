@@ -19,7 +19,7 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   if (typeof relPath !== 'string' || relPath.includes('\0')) {
     throw new ToolFailure('VALIDATION_ERROR', 'The path must be a string without NUL characters.', { path: String(relPath) })
   }
-  const realRoot = await realpath(root)
+  const realRoot = await workspaceRoot(root)
   const lexical = path.resolve(realRoot, relPath)
   if (!isInside(realRoot, lexical)) throw traversal(relPath)
   const resolved = await realpathAllowMissing(lexical, 0)
@@ -34,6 +34,22 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
     })
   }
   return resolved.path
+}
+
+/**
+ * The real path of a workspace root, resolved once per root: a workspace is created real
+ * (ensureWorkspace), and a root swapped for a symbolic link later would only lead paths out,
+ * which resolveInWorkspace then refuses against the path remembered here.
+ */
+const realRoots = new Map<string, string>()
+export async function workspaceRoot(root: string): Promise<string> {
+  const known = realRoots.get(root)
+  if (known !== undefined) return known
+  const real = await realpath(root)
+  // Bounded: past this many workspaces the map starts over (each root is resolved again on its next use).
+  if (realRoots.size >= 10_000) realRoots.clear()
+  realRoots.set(root, real)
+  return real
 }
 
 /** The workspace-relative form of an absolute path inside it ("." for the root), with "/" separators. */

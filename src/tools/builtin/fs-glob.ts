@@ -4,7 +4,7 @@ import { Type } from '@sinclair/typebox'
 import { braceExpand } from 'minimatch'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
-import { isInside, resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
+import { isInside, resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
 import { recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
@@ -41,7 +41,7 @@ export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Para
       if (expanded.some((pattern) => path.isAbsolute(pattern)) || segments.includes('..')) {
         throw new ToolFailure('PATH_TRAVERSAL', `The pattern "${input.pattern}" reaches outside the workspace.`, { pattern: input.pattern })
       }
-      const root = await resolveInWorkspace(ctx.workspace, '.')
+      const root = await workspaceRoot(ctx.workspace)
       const cwd = await resolveInWorkspace(ctx.workspace, input.path ?? '.', { mustExist: true })
       const named = segments.filter((s) => skipped.has(s))
       // glob asks before it enters or yields each path: the walk never leaves the workspace,

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { runInWorker } from '../worker.ts'
-import { resolveInWorkspace } from '../workspace.ts'
+import { resolveInWorkspace, workspaceRoot } from '../workspace.ts'
 import { recommendFsFailure } from './fs-failures.ts'
 import type { GrepJob, GrepResult } from './grep-worker.ts'
 
@@ -43,7 +43,7 @@ export function createFsGrepTool(opts: FsGrepOptions): Tool<typeof Parameters> {
           reason: 'invalid_regex'
         })
       }
-      const root = await resolveInWorkspace(ctx.workspace, '.')
+      const root = await workspaceRoot(ctx.workspace)
       const start = await resolveInWorkspace(ctx.workspace, input.path ?? '.', { mustExist: true })
       const job: GrepJob = {
         root,

@@ -3,7 +3,7 @@ import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
-import { resolveInWorkspace, toWorkspacePath } from '../workspace.ts'
+import { resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
 import { recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
@@ -38,7 +38,7 @@ export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Para
       if (!(await lstat(dir)).isDirectory()) {
         throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' })
       }
-      const root = await resolveInWorkspace(ctx.workspace, '.')
+      const root = await workspaceRoot(ctx.workspace)
       const entries: Entry[] = []
       const queue = [dir]
       let truncated = false
