@@ -36,7 +36,17 @@ export class RunFailure extends Error {
   }
 }
 
-export const now = (): string => new Date().toISOString()
+let nowMs = -1
+let nowIso = ''
+/** The time as an ISO string; every event carries one, so it is formatted once per millisecond. */
+export const now = (): string => {
+  const ms = Date.now()
+  if (ms !== nowMs) {
+    nowMs = ms
+    nowIso = new Date(ms).toISOString()
+  }
+  return nowIso
+}
 
 /**
  * One run's view of the service, shared by its phases (model turn, tool call, recovery): the
@@ -55,6 +65,8 @@ export class RunContext {
   step = 0
   /** The first failure of an event emitted without waiting (emitSoon); the next awaited commit throws it. */
   #unsentError: unknown = null
+  /** Events emitted without waiting in this tick, committed together at its end (or before the next commit). */
+  #soon: StoreWrite[] | null = null
 
   constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal, trace: RunTrace = NO_RUN_TRACE) {
     this.session = session
@@ -75,6 +87,7 @@ export class RunContext {
 
   /** Commits the writes as one unit of work, then publishes their events; resolves once committed. */
   async commit(writes: StoreWrite[]): Promise<EventRecord[]> {
+    this.#commitSoon()
     const events = await this.deps.events.commit(this.session.id, writes)
     if (this.#unsentError !== null) {
       const err = this.#unsentError
@@ -92,10 +105,26 @@ export class RunContext {
   /**
    * Emits without waiting for the commit, for the stream of text deltas: the loop reads the next
    * chunk while this one is stored. It is still committed before it is published, in order; a
-   * failure surfaces at the next awaited commit (at the latest, the end of the text).
+   * failure surfaces at the next awaited commit (at the latest, the end of the text). The deltas
+   * of one tick (a socket read of the model's stream holds many) go to the store as one unit of
+   * work: they are stored and published in the same turn either way, at a fraction of the cost.
    */
   emitSoon(channel: EventChannel, type: string, data: Record<string, unknown>): void {
-    this.deps.events.commit(this.session.id, [this.event(channel, type, data)]).catch((err: unknown) => {
+    if (this.#soon) {
+      this.#soon.push(this.event(channel, type, data))
+      return
+    }
+    this.#soon = [this.event(channel, type, data)]
+    // A tick runs after the microtasks that read the rest of the socket's chunks, before any I/O.
+    process.nextTick(() => this.#commitSoon())
+  }
+
+  /** Hands the events emitted without waiting to the event log, ahead of any later write of the run. */
+  #commitSoon(): void {
+    const writes = this.#soon
+    if (!writes) return
+    this.#soon = null
+    this.deps.events.commit(this.session.id, writes).catch((err: unknown) => {
       this.#unsentError ??= err
     })
   }
