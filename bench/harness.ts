@@ -26,14 +26,26 @@ export function startStampingModelProcess(options: StampingModelOptions): Promis
   return startChild('./model-process.ts', ['stamping', JSON.stringify(options)])
 }
 
+/** Where agentd's SQLite store lives in a bench: a file (every event on disk) or `:memory:`. */
+export type BenchSqlite = 'file' | 'memory'
+
+/** BENCH_SQLITE=file|memory (default file), for the benches that run one agentd process. */
+export function sqliteSetting(): BenchSqlite {
+  const value = process.env['BENCH_SQLITE'] ?? 'file'
+  if (value !== 'file' && value !== 'memory') throw new Error('BENCH_SQLITE must be file or memory')
+  return value
+}
+
 /**
- * agentd in its own process, its SQLite file and workspaces in a temporary folder removed after it
- * exits. With BENCH_CPU_PROF=1 it runs under --cpu-prof and its profile is summarised when it closes.
+ * agentd in its own process, its SQLite file (or `:memory:`) and workspaces in a temporary folder
+ * removed after it exits. With BENCH_CPU_PROF=1 it runs under --cpu-prof and its profile is
+ * summarised when it closes.
  */
-export async function startServiceProcess(modelUrl: string): Promise<ChildServer> {
+export async function startServiceProcess(modelUrl: string, sqlite: BenchSqlite = 'file'): Promise<ChildServer> {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
   const profiling = Boolean(process.env['BENCH_CPU_PROF'])
-  const service = await startChild('./service-process.ts', [modelUrl, dir], profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])
+  const execArgv = profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : []
+  const service = await startChild('./service-process.ts', [modelUrl, dir], execArgv, sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {})
     .catch((err: unknown) => {
       rmSync(dir, { recursive: true, force: true })
       throw err
@@ -101,9 +113,10 @@ export class AgentdClient {
 
   /**
    * POSTs a message with Accept: text/event-stream and reads the run's events to `done`.
-   * `onEvent` gets each event frame's type and raw data, and when its bytes arrived.
+   * `onEvent` gets each event frame's type and raw data, when its bytes arrived, and the whole
+   * frame as received (its `id`, `event` and `data` lines, without the blank line that ends it).
    */
-  async streamMessage(sessionId: string, content: string, onEvent?: (type: string, data: string, receivedAt: number) => void): Promise<StreamedRun> {
+  async streamMessage(sessionId: string, content: string, onEvent?: (type: string, data: string, receivedAt: number, frame: string) => void): Promise<StreamedRun> {
     const res = await this.pool.request({
       method: 'POST',
       path: `/v1/sessions/${sessionId}/messages`,
@@ -128,7 +141,7 @@ export class AgentdClient {
         if (eventAt < 0 || dataAt < 0) continue
         const type = frame.slice(eventAt + 8, dataAt)
         const data = frame.slice(dataAt + 7)
-        onEvent?.(type, data, receivedAt)
+        onEvent?.(type, data, receivedAt, frame)
         if (type === 'done') {
           const event = JSON.parse(data) as { seq: number; data: { reason: string } }
           done = { reason: event.data.reason, lastSeq: event.seq }
@@ -216,7 +229,7 @@ export function assertClean(phase: string, outcome: { finished: number; failures
  * CPU time (user + system, every thread) a process has used so far, in ms, from /proc; null
  * where there is no /proc. Shows which of the three processes a bench kept busy.
  */
-function cpuTimeMs(pid: number): number | null {
+export function cpuTimeMs(pid: number): number | null {
   try {
     // Fields after the command name, which is in parentheses and may hold spaces; utime and stime are the 12th and 13th.
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')

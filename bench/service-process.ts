@@ -1,6 +1,7 @@
 /**
  * Child process entry: agentd itself, built with buildApp on a SQLite file in the given folder
- * (real persistence, not :memory:) or, from bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
+ * (real persistence), on SQLite `:memory:` with BENCH_SERVICE_SQLITE=memory, or, from
+ * bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
  * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
  */
 import { join } from 'node:path'
@@ -13,7 +14,7 @@ const [modelUrl, dir] = process.argv.slice(2)
 if (!modelUrl || !dir) throw new Error('usage: service-process.ts <model base URL> <data folder>')
 
 const config = loadConfig({
-  AGENTD_DB: join(dir, 'agentd.db'),
+  AGENTD_DB: process.env['BENCH_SERVICE_SQLITE'] === 'memory' ? ':memory:' : join(dir, 'agentd.db'),
   AGENTD_WORKSPACES: join(dir, 'workspaces'),
   OPENAI_BASE_URL: modelUrl,
   OPENAI_API_KEY: 'bench',

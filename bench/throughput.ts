@@ -1,7 +1,7 @@
 import type { ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions'
 import {
-  AgentdClient, assertClean, callJson, cpuMeter, createDirectClient, fsListIsWired, originOf, runPool, startServiceProcess,
-  startStampingModelProcess, streamCompletion
+  AgentdClient, assertClean, callJson, cpuMeter, createDirectClient, fsListIsWired, originOf, runPool, sqliteSetting,
+  startServiceProcess, startStampingModelProcess, streamCompletion
 } from './harness.ts'
 import type { ChildServer } from './child.ts'
 import { clusterSettings, startServiceCluster } from './cluster.ts'
@@ -29,8 +29,10 @@ export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: 0, toolName: 'fs_list' })
   // BENCH_DATABASE_URL (and BENCH_PROCESSES): several processes on PostgreSQL (bench/cluster.ts).
   const settings = clusterSettings()
+  // BENCH_SQLITE=memory: the single process on SQLite :memory: instead of a file.
+  const sqlite = sqliteSetting()
   const cluster = settings ? await startServiceCluster(model.url, settings) : null
-  const service = cluster ? null : await startServiceProcess(model.url)
+  const service = cluster ? null : await startServiceProcess(model.url, sqlite)
   const servers = cluster?.servers ?? [service as ChildServer]
   const agentd = cluster ? cluster.client(CONCURRENCY + 4) : new AgentdClient(servers[0]!.url, CONCURRENCY + 4)
   const direct = createDirectClient(model.url)
@@ -54,7 +56,7 @@ export async function run(): Promise<void> {
       return 0
     }, { model: model.pid })
 
-    console.log(`\nagentd: ${cluster?.label ?? 'one process on SQLite'}`)
+    console.log(`\nagentd: ${cluster?.label ?? `one process on SQLite ${sqlite === 'memory' ? ':memory:' : 'file'}`}`)
     console.log(`throughput: ${RUNS} runs (after ${WARMUP} to warm up), ${CONCURRENCY} at once; ` +
       (wired ? `a run = new session, fs_list call, ${CHUNKS}-chunk answer` : `a run = new session, ${CHUNKS}-chunk answer`))
     if (!wired) console.log('note: the fs_* tools are not wired into sessions yet, so runs are text only (tools: []), one model call each')
