@@ -50,13 +50,13 @@ export async function callModel(
       for await (const part of model.stream(request, { signal: ctx.signal, requestId: ctx.run.requestId, traceparent: span.traceparent })) {
         firstTokenSeen = true
         if (part.type === 'text') {
-          if (reasoning.started && !reasoning.ended) await endThinking(ctx, step, reasoning)
-          if (!text.started) await ctx.emit('progress', 'text_chunk_start', { step })
+          if (reasoning.started && !reasoning.ended) endThinking(ctx, step, reasoning)
+          if (!text.started) ctx.emitSoon('progress', 'text_chunk_start', { step })
           text.started = true
           text.value += part.delta
           ctx.emitSoon('progress', 'text_chunk', { step, delta: part.delta })
         } else if (part.type === 'reasoning') {
-          if (!reasoning.started) await ctx.emit('progress', 'think_chunk_start', { step })
+          if (!reasoning.started) ctx.emitSoon('progress', 'think_chunk_start', { step })
           reasoning.started = true
           reasoning.value += part.delta
           ctx.emitSoon('progress', 'think_chunk', { step, delta: part.delta })
@@ -67,7 +67,7 @@ export async function callModel(
         }
       }
       span.end({ usage })
-      await closeBlocks(ctx, step, text, reasoning)
+      closeBlocks(ctx, step, text, reasoning)
       return { text: text.value, toolCalls, usage }
     } catch (err) {
       const error = err instanceof ModelError ? err : classifyModelError(err)
@@ -86,7 +86,7 @@ export async function callModel(
         continue
       }
       // Close what was opened so a client's text assembly stays balanced.
-      await closeBlocks(ctx, step, text, reasoning)
+      closeBlocks(ctx, step, text, reasoning)
       const exhausted = error.classified.retryable && firstTokenSeen === false
       throw new RunFailure({
         ...error.classified,
@@ -97,13 +97,15 @@ export async function callModel(
   }
 }
 
-async function endThinking(ctx: RunContext, step: number, reasoning: ThinkingBlock): Promise<void> {
+// The block events are emitted without waiting, like the deltas between them: they are stored
+// and published in order with them, and the step's own commit (or the run's end) waits for all.
+function endThinking(ctx: RunContext, step: number, reasoning: ThinkingBlock): void {
   reasoning.ended = true
-  await ctx.emit('progress', 'think_chunk_end', { step, text: reasoning.value })
+  ctx.emitSoon('progress', 'think_chunk_end', { step, text: reasoning.value })
 }
 
 /** Ends the thinking and text blocks a model call opened (…_chunk_end), at its end or its failure. */
-async function closeBlocks(ctx: RunContext, step: number, text: TextBlock, reasoning: ThinkingBlock): Promise<void> {
-  if (reasoning.started && !reasoning.ended) await endThinking(ctx, step, reasoning)
-  if (text.started) await ctx.emit('progress', 'text_chunk_end', { step, text: text.value })
+function closeBlocks(ctx: RunContext, step: number, text: TextBlock, reasoning: ThinkingBlock): void {
+  if (reasoning.started && !reasoning.ended) endThinking(ctx, step, reasoning)
+  if (text.started) ctx.emitSoon('progress', 'text_chunk_end', { step, text: text.value })
 }
