@@ -67,18 +67,24 @@ export function isInside(root: string, candidate: string): boolean {
 
 const sessionFolder = /^[A-Za-z0-9_-]{1,128}$/
 
-/** Creates `<rootDir>/<sessionId>` if needed and returns its real path. */
 /** Removes a session's workspace folder and everything in it (the session was deleted). */
 export async function removeWorkspace(rootDir: string, sessionId: string): Promise<void> {
   if (!sessionFolder.test(sessionId)) throw new Error(`Invalid session id for a workspace folder: ${JSON.stringify(sessionId)}`)
   await rm(path.join(path.resolve(rootDir), sessionId), { recursive: true, force: true })
 }
 
+/** Creates `<rootDir>/<sessionId>` (and `rootDir`) if needed and returns its real path. */
 export async function ensureWorkspace(rootDir: string, sessionId: string): Promise<string> {
   if (!sessionFolder.test(sessionId)) throw new Error(`Invalid session id for a workspace folder: ${JSON.stringify(sessionId)}`)
   const dir = path.join(path.resolve(rootDir), sessionId)
-  await mkdir(dir, { recursive: true })
-  return realpath(dir)
+  // One file-system call in the common case (each is a hop to libuv's thread pool): a folder
+  // this call made is no link, so its real path is the root's (resolved once) plus its name.
+  const created = await mkdir(dir).then(() => true, (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EEXIST') return false
+    if (err.code === 'ENOENT') return mkdir(dir, { recursive: true }).then(() => false)
+    throw err
+  })
+  return created ? path.join(await workspaceRoot(path.resolve(rootDir)), sessionId) : realpath(dir)
 }
 
 function traversal(relPath: string): ToolFailure {

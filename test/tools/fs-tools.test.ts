@@ -140,7 +140,7 @@ t.test('fs_list lists a folder, recursively on request, links shown not followed
   })
   const deep = await call(ws, 'fs_list', { path: 'src', recursive: true })
   t.same(deep.ok && (deep.result as { entries: { path: string }[] }).entries.map((e) => e.path), ['src/lib', 'src/main.ts', 'src/lib/x.ts'])
-  t.match(await call(ws, 'fs_list', { path: 'README.md' }), { ok: false, error: { code: 'IO_ERROR' } })
+  t.match(await call(ws, 'fs_list', { path: 'README.md' }), { ok: false, error: { code: 'IO_ERROR', detail: { reason: 'not_directory' } } })
   t.match(await call(ws, 'fs_list', { path: 'out' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
 })
 

@@ -69,3 +69,15 @@ t.test('ensureWorkspace creates the session folder and returns its real path', a
   t.equal(toWorkspacePath(dir, path.join(dir, 'a', 'b')), 'a/b')
   t.equal(toWorkspacePath(dir, dir), '.')
 })
+
+t.test('ensureWorkspace makes a missing root too, and answers the real path through a linked root', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const deep = path.join(ws.base, 'not', 'yet')
+  t.equal(await ensureWorkspace(deep, 'ses_a'), await realpath(path.join(deep, 'ses_a')), 'root made on the way')
+  await symlink(deep, path.join(ws.base, 'linked'))
+  const viaLink = await ensureWorkspace(path.join(ws.base, 'linked'), 'ses_b')
+  t.equal(viaLink, path.join(await realpath(deep), 'ses_b'), 'a new folder under a linked root: the real path, no link in it')
+  await symlink(ws.base, path.join(deep, 'ses_c'))
+  t.equal(await ensureWorkspace(deep, 'ses_c'), await realpath(ws.base), 'an existing link is resolved, not trusted')
+})

@@ -35,9 +35,6 @@ export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Para
     async execute(input, ctx) {
       const relPath = input.path ?? '.'
       const dir = await resolveInWorkspace(ctx.workspace, relPath, { mustExist: true })
-      if (!(await lstat(dir)).isDirectory()) {
-        throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' })
-      }
       const root = await workspaceRoot(ctx.workspace)
       const entries: Entry[] = []
       const queue = [dir]
@@ -45,7 +42,13 @@ export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Para
       while (queue.length > 0 && !truncated) {
         ctx.signal.throwIfAborted()
         const current = queue.shift() as string
-        const children = (await readdir(current, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+        // The path is real (no links left), so reading it as a folder tells whether it is one.
+        const children = (await readdir(current, { withFileTypes: true }).catch((err: NodeJS.ErrnoException) => {
+          if (err.code === 'ENOTDIR' && current === dir) {
+            throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' })
+          }
+          throw err
+        })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
         for (const child of children) {
           if (entries.length >= opts.maxEntries) {
             truncated = true
