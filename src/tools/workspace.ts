@@ -46,10 +46,14 @@ export async function workspaceRoot(root: string): Promise<string> {
   const known = realRoots.get(root)
   if (known !== undefined) return known
   const real = await realpath(root)
+  rememberRoot(root, real)
+  return real
+}
+
+function rememberRoot(root: string, real: string): void {
   // Bounded: past this many workspaces the map starts over (each root is resolved again on its next use).
   if (realRoots.size >= 10_000) realRoots.clear()
   realRoots.set(root, real)
-  return real
 }
 
 /** The workspace-relative form of an absolute path inside it ("." for the root), with "/" separators. */
@@ -84,7 +88,10 @@ export async function ensureWorkspace(rootDir: string, sessionId: string): Promi
     if (err.code === 'ENOENT') return mkdir(dir, { recursive: true }).then(() => false)
     throw err
   })
-  return created ? path.join(await workspaceRoot(path.resolve(rootDir)), sessionId) : realpath(dir)
+  const real = created ? path.join(await workspaceRoot(path.resolve(rootDir)), sessionId) : await realpath(dir)
+  // The tools resolve their paths against this root: known real, it costs them no further call.
+  rememberRoot(real, real)
+  return real
 }
 
 function traversal(relPath: string): ToolFailure {
