@@ -1,5 +1,5 @@
 /**
- * The benchmarks: `npm run bench -- <overhead|latency|throughput|all>`. They print figures; they
+ * The benchmarks: `npm run bench -- <overhead|latency|throughput|model|all>`. They print figures; they
  * are never tests. Each starts its own model and agentd processes on 127.0.0.1, stops by itself
  * after a fixed amount of work (and a time limit), and leaves nothing running.
  * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went.
@@ -9,7 +9,8 @@ import { machine } from './report.ts'
 const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
   overhead: () => import('./overhead.ts'),
   latency: () => import('./latency.ts'),
-  throughput: () => import('./throughput.ts')
+  throughput: () => import('./throughput.ts'),
+  model: () => import('./model-stream.ts')
 }
 const TIME_LIMIT_MS = 15 * 60_000
 
