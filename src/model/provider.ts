@@ -3,7 +3,7 @@ import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming } from 'o
 import { Agent } from 'undici'
 import type { Usage } from '../schemas/common.ts'
 import { classifyModelError, createModelError } from './model-errors.ts'
-import { createRequestFetch } from './request-fetch.ts'
+import { createDispatcherFetch } from './dispatcher-fetch.ts'
 import { ServerSentEventDecoder, type ServerSentEvent } from './sse.ts'
 import type { ModelCallOptions, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
 
@@ -34,7 +34,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
     bodyTimeout: bodyTimeoutMs,
     keepAliveTimeout: 30_000
   })
-  const http = createRequestFetch(dispatcher)
+  const http = createDispatcherFetch(dispatcher)
   const client = new OpenAI({
     // Servers such as Ollama or vLLM need no key, but the SDK insists on one; a wrong key still surfaces as a 401.
     apiKey: opts.apiKey ?? 'no-key',
@@ -71,18 +71,15 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       try {
         const headers = { 'X-Request-Id': options.requestId, ...(options.traceparent ? { traceparent: options.traceparent } : {}) }
         // The SDK sends the request and throws its APIError classes for an error status; the stream is read here.
-        const response = await client.chat.completions.create(params, { signal, headers }).asResponse()
+        const response = await client.chat.completions.create(params, { headers, fetchOptions: http.withSignal(signal) }).asResponse()
         const body = http.takeBody(response)
         if (!body) throw createModelError('INVALID_RESPONSE', 'The model answered without a body.')
-        body.setEncoding('utf8')
-        // Not destroyed on a break: after [DONE] the rest of the body is drained, so that the connection is kept.
-        const pieces = body.iterator({ destroyOnReturn: false })
         const decoder = new ServerSentEventDecoder()
-        let ended = false
+        let finished = false
         try {
           reading: for (;;) {
-            const piece = await pieces.next()
-            const events = piece.done ? decoder.end() : decoder.decode(piece.value as string)
+            const text = await body.read()
+            const events = text === null ? decoder.end() : decoder.decode(text)
             for (const event of events) {
               if (event.data === '[DONE]') break reading
               const chunk = parseChunk(event, response.headers)
@@ -103,12 +100,12 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
               }
               if (choice.finish_reason) finishReason = choice.finish_reason
             }
-            if (piece.done) break
+            if (text === null) break
           }
-          ended = true
+          finished = true
         } finally {
-          if (!ended) body.destroy()
-          else if (!body.readableEnded) body.dump().catch(() => undefined)
+          // After [DONE] the rest of the body is read and dropped, so that the connection is kept; on a failure or an early stop it is aborted.
+          body.close(finished)
         }
       } catch (err) {
         throw classifyModelError(err, context())
