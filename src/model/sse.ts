@@ -65,7 +65,9 @@ export class ServerSentEventDecoder {
 
   #line(buffer: string, start: number, end: number, events: ServerSentEvent[]): void {
     if (start === end) {
-      if (this.#data !== null || this.#event) events.push({ event: this.#event, data: this.#data ?? '' })
+      // As the SDK does: a blank line with nothing before it keeps even an empty `event:` for the next event.
+      if (this.#data === null && !this.#event) return
+      events.push({ event: this.#event, data: this.#data ?? '' })
       this.#event = null
       this.#data = null
       return
