@@ -19,7 +19,7 @@ export interface DispatcherFetch {
    * The body of a 2xx response `fetch` returned, once: the Response itself carries none, so that
    * the body is read as it arrives instead of through a web ReadableStream.
    */
-  takeBody(response: Response): StreamedBody | undefined
+  takeBody(response: Response): StreamedBody
 }
 
 /**
@@ -66,6 +66,7 @@ export function createDispatcherFetch(dispatcher: Dispatcher): DispatcherFetch {
     withSignal: (signal) => ({ [callerSignal]: signal }) as FetchOptions,
     takeBody(response) {
       const body = bodies.get(response)
+      if (!body) throw new Error('takeBody: not a 2xx response of this fetch, or its body was taken already')
       bodies.delete(response)
       return body
     }
@@ -80,6 +81,8 @@ const MAX_REDIRECTIONS = 20
 const nullBodyStatuses = new Set([101, 204, 205, 304])
 /** Text held for a reader that has not come back yet, beyond which the socket is paused. */
 const HIGH_WATER_MARK = 64 * 1024
+/** What is read and dropped after the reader is done before the request is aborted instead (undici's dump() limit). */
+const DROP_LIMIT = 128 * 1024
 
 /**
  * A 2xx response's body as it arrives: UTF-8 text (a character split between two reads is joined
@@ -93,8 +96,8 @@ export class StreamedBody {
   #ended = false
   #error: unknown = null
   #reader: { resolve(piece: string | null): void; reject(err: unknown): void } | null = null
-  /** The reader is gone: what still arrives is dropped, so that the response can end and its connection be kept. */
-  #dropping = false
+  /** Bytes dropped since the reader was done, or -1 while it reads: what arrives then is dropped, so that the response can end and its connection be kept. */
+  #dropped = -1
 
   constructor(controller: Dispatcher.DispatchController) {
     this.#controller = controller
@@ -126,19 +129,19 @@ export class StreamedBody {
       this.#controller.abort(new StreamClosedError())
       return
     }
-    this.#dropping = true
+    this.#dropped = 0
     if (this.#controller.paused) this.#controller.resume()
   }
 
   /** @internal The handler's side. */
   push(chunk: Buffer): void {
-    if (this.#dropping) return
-    this.#deliver(this.#decoder.write(chunk))
+    if (this.#dropped < 0) this.#deliver(this.#decoder.write(chunk))
+    else if ((this.#dropped += chunk.length) > DROP_LIMIT) this.#controller.abort(new StreamClosedError())
   }
 
   /** @internal */
   end(): void {
-    if (!this.#dropping) this.#deliver(this.#decoder.end())
+    if (this.#dropped < 0) this.#deliver(this.#decoder.end())
     this.#ended = true
     const reader = this.#reader
     this.#reader = null
@@ -180,7 +183,7 @@ class ResponseHandler implements Dispatcher.DispatchHandler {
   #controller: Dispatcher.DispatchController | null = null
   #body: StreamedBody | null = null
   /** An error answer's body, read whole before the fetch settles. */
-  #errorAnswer: { status: number; statusText: string; headers: IncomingHttpHeaders; decoder: StringDecoder; text: string } | null = null
+  #errorAnswer: { status: number; headers: IncomingHttpHeaders; decoder: StringDecoder; text: string } | null = null
   #settled = false
 
   constructor(signal: AbortSignal | undefined, respond: (response: Response, body: StreamedBody | null) => void, reject: (err: unknown) => void) {
@@ -199,15 +202,16 @@ class ResponseHandler implements Dispatcher.DispatchHandler {
     if (this.#signal?.aborted) controller.abort(this.#signal.reason as Error)
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders, statusText = ''): void {
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    // No statusText: the SDK never reads it, and a reason phrase the Response constructor rejects would fail the call.
     if (statusCode < 200) return
     if (statusCode < 300) {
       this.#body = new StreamedBody(controller)
       this.#settled = true
-      this.#respond(new Response(null, { status: statusCode, statusText, headers: responseHeaders(headers) }), this.#body)
+      this.#respond(new Response(null, { status: statusCode, headers: responseHeaders(headers) }), this.#body)
       return
     }
-    this.#errorAnswer = { status: statusCode, statusText, headers, decoder: new StringDecoder('utf8'), text: '' }
+    this.#errorAnswer = { status: statusCode, headers, decoder: new StringDecoder('utf8'), text: '' }
   }
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
@@ -226,7 +230,7 @@ class ResponseHandler implements Dispatcher.DispatchHandler {
     this.#settled = true
     const text = answer.text + answer.decoder.end()
     this.#respond(
-      new Response(nullBodyStatuses.has(answer.status) ? null : text, { status: answer.status, statusText: answer.statusText, headers: responseHeaders(answer.headers) }),
+      new Response(nullBodyStatuses.has(answer.status) ? null : text, { status: answer.status, headers: responseHeaders(answer.headers) }),
       null
     )
   }

@@ -22,7 +22,12 @@ export interface OpenAIProviderOptions {
 
 const defaults = { connectTimeoutMs: 10_000, headersTimeoutMs: 120_000, bodyTimeoutMs: 300_000 }
 
-/** A ModelProvider over the openai SDK: SDK retries off (the run owns retries, SPEC 5.1), undici owns the timeouts. */
+/**
+ * A ModelProvider over the openai SDK: SDK retries off (the run owns retries, SPEC 5.1), undici
+ * owns the timeouts. The SDK builds and sends each request and throws its APIError classes for an
+ * error status, through a fetch straight over undici's dispatcher (dispatcher-fetch.ts); the
+ * answer's event stream is read here, one JSON.parse per chunk (sse.ts).
+ */
 export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelProvider {
   const connectTimeoutMs = opts.connectTimeoutMs ?? defaults.connectTimeoutMs
   const headersTimeoutMs = opts.headersTimeoutMs ?? defaults.headersTimeoutMs
@@ -40,7 +45,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
     apiKey: opts.apiKey ?? 'no-key',
     baseURL: opts.baseURL ?? 'https://api.openai.com/v1',
     maxRetries: 0,
-    // The SDK's own deadline only guards the wait for headers; it sits behind undici's so that undici's more precise error wins.
+    // What the SDK announces (X-Stainless-Timeout). Its own deadline is not passed to the fetch: undici's connect and headers timeouts end every wait before it.
     timeout: connectTimeoutMs + headersTimeoutMs + 1000,
     fetch: http.fetch,
     // The SDK would otherwise print to the console on a malformed stream; the error reaches the caller classified anyway.
@@ -73,7 +78,6 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         // The SDK sends the request and throws its APIError classes for an error status; the stream is read here.
         const response = await client.chat.completions.create(params, { headers, fetchOptions: http.withSignal(signal) }).asResponse()
         const body = http.takeBody(response)
-        if (!body) throw createModelError('INVALID_RESPONSE', 'The model answered without a body.')
         const decoder = new ServerSentEventDecoder()
         let finished = false
         try {

@@ -3,7 +3,7 @@ import { once } from 'node:events'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as delay } from 'node:timers/promises'
-import { createOpenAIProvider } from '../../src/model/provider.ts'
+import { createOpenAIProvider, type OpenAIProviderOptions } from '../../src/model/provider.ts'
 import { ModelError, type ModelCallOptions, type ModelProvider, type ModelStreamPart } from '../../src/model/types.ts'
 
 // How the provider reads the bytes of a stream, against a node:http server that writes them in
@@ -22,7 +22,7 @@ interface Teardown {
 }
 
 /** A model server answering every request with `answer`, and a provider pointed at it; both close when the test ends. */
-async function startModel(t: Teardown, answer: Answer) {
+async function startModel(t: Teardown, answer: Answer, providerOptions: OpenAIProviderOptions = {}) {
   const requests: Received[] = []
   let connections = 0
   const server = createServer((req, res) => {
@@ -41,7 +41,8 @@ async function startModel(t: Teardown, answer: Answer) {
     apiKey: 'test-key',
     baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
     headersTimeoutMs: 2000,
-    bodyTimeoutMs: 2000
+    bodyTimeoutMs: 2000,
+    ...providerOptions
   })
   t.teardown(async () => {
     server.closeAllConnections()
@@ -184,18 +185,44 @@ t.test('[DONE] ends the call without waiting for the body to end; what follows i
   t.equal(connections(), 1, 'both calls went over one connection')
 })
 
+t.test('a server that goes on sending after [DONE] without ending has its request aborted once 128 KiB are dropped', async (t) => {
+  let closed: Promise<unknown> = Promise.resolve()
+  const { provider } = await startModel(t, async (res) => {
+    closed = once(res, 'close')
+    const noise = `: ${'x'.repeat(1022)}\n`
+    await writeApart(res, [`data: ${chunk({ content: 'done' })}\n\ndata: ${stop}\n\ndata: [DONE]\n\n`, noise.repeat(100), noise.repeat(100)], false)
+  }, { bodyTimeoutMs: 60_000 })
+  t.equal(text(await collect(provider)), 'done')
+  const outcome = await Promise.race([closed.then(() => 'closed'), delay(10_000, 'still open')])
+  t.equal(outcome, 'closed', 'the server saw the request go away long before the body timeout')
+})
+
+t.test('a long answer read slowly arrives whole and in order (the socket is paused and resumed)', async (t) => {
+  const words = Array.from({ length: 3000 }, (_, i) => `word${i} `)
+  const { provider } = await startModel(t, (res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end(words.map((word) => `data: ${chunk({ content: word })}\n\n`).join('') + `data: ${stop}\n\ndata: [DONE]\n\n`)
+  })
+  const parts: ModelStreamPart[] = []
+  for await (const part of provider.stream(request, call())) {
+    parts.push(part)
+    if (parts.length % 500 === 0) await delay(20)
+  }
+  t.equal(text(parts), words.join(''))
+})
+
 t.test('a caller that stops reading early aborts the request', async (t) => {
   let closed: Promise<unknown> = Promise.resolve()
   const { provider } = await startModel(t, async (res) => {
     closed = once(res, 'close')
     await writeApart(res, [`data: ${chunk({ content: 'one' })}\n\n`, `data: ${chunk({ content: 'two' })}\n\n`], false)
-  })
+  }, { bodyTimeoutMs: 60_000 })
   for await (const part of provider.stream(request, call())) {
     t.match(part, { type: 'text', delta: 'one' })
     break
   }
-  await closed
-  t.pass('the server saw the request go away')
+  const outcome = await Promise.race([closed.then(() => 'closed'), delay(10_000, 'still open')])
+  t.equal(outcome, 'closed', 'the server saw the request go away long before the body timeout')
 })
 
 t.test('a redirect is followed with the same method and body, as fetch followed it', async (t) => {
