@@ -43,7 +43,7 @@ export function createDispatcherFetch(dispatcher: Dispatcher): DispatcherFetch {
     const signal = (init as SignalledInit)[callerSignal]
     if (signal?.aborted) return Promise.reject(signal.reason)
     return new Promise<Response>((resolve, reject) => {
-      const handler = new ResponseHandler(signal, (response, body) => {
+      const handler = new FetchHandler(signal, (response, body) => {
         if (body) bodies.set(response, body)
         resolve(response)
       }, reject)
@@ -84,90 +84,15 @@ const HIGH_WATER_MARK = 64 * 1024
 /** What is read and dropped after the reader is done before the request is aborted instead (undici's dump() limit). */
 const DROP_LIMIT = 128 * 1024
 
-/**
- * A 2xx response's body as it arrives: UTF-8 text (a character split between two reads is joined
- * first), taken one piece at a time with `read()`.
- */
-export class StreamedBody {
-  readonly #controller: Dispatcher.DispatchController
-  readonly #decoder = new StringDecoder('utf8')
-  #pieces: string[] = []
-  #held = 0
-  #ended = false
-  #error: unknown = null
-  #reader: { resolve(piece: string | null): void; reject(err: unknown): void } | null = null
-  /** Bytes dropped since the reader was done, or -1 while it reads: what arrives then is dropped, so that the response can end and its connection be kept. */
-  #dropped = -1
-
-  constructor(controller: Dispatcher.DispatchController) {
-    this.#controller = controller
-  }
-
+/** A 2xx response's body as it arrives: UTF-8 text, a character split between two reads joined first. */
+export interface StreamedBody {
   /** The next piece of text, or null once the body has ended; rejects with the transport's error (a body timeout, a cut connection, the caller's abort). */
-  read(): Promise<string | null> {
-    if (this.#pieces.length > 0) {
-      const piece = this.#pieces.length === 1 ? (this.#pieces.pop() as string) : this.#pieces.splice(0).join('')
-      this.#held = 0
-      if (this.#controller.paused) this.#controller.resume()
-      return Promise.resolve(piece)
-    }
-    if (this.#error !== null) return Promise.reject(this.#error)
-    if (this.#ended) return Promise.resolve(null)
-    return new Promise((resolve, reject) => {
-      this.#reader = { resolve, reject }
-    })
-  }
-
+  read(): Promise<string | null>
   /**
    * The reader is done with the body. Unless `keepConnection`, the request is aborted; with it, the
    * rest of the body (normally nothing but the end of the chunked encoding) is read and dropped.
    */
-  close(keepConnection: boolean): void {
-    if (this.#ended || this.#error !== null) return
-    this.#pieces = []
-    if (!keepConnection) {
-      this.#controller.abort(new StreamClosedError())
-      return
-    }
-    this.#dropped = 0
-    if (this.#controller.paused) this.#controller.resume()
-  }
-
-  /** @internal The handler's side. */
-  push(chunk: Buffer): void {
-    if (this.#dropped < 0) this.#deliver(this.#decoder.write(chunk))
-    else if ((this.#dropped += chunk.length) > DROP_LIMIT) this.#controller.abort(new StreamClosedError())
-  }
-
-  /** @internal */
-  end(): void {
-    if (this.#dropped < 0) this.#deliver(this.#decoder.end())
-    this.#ended = true
-    const reader = this.#reader
-    this.#reader = null
-    reader?.resolve(null)
-  }
-
-  /** @internal */
-  fail(err: unknown): void {
-    this.#error = err
-    const reader = this.#reader
-    this.#reader = null
-    reader?.reject(err)
-  }
-
-  #deliver(text: string): void {
-    if (text === '') return
-    const reader = this.#reader
-    if (reader) {
-      this.#reader = null
-      reader.resolve(text)
-      return
-    }
-    this.#pieces.push(text)
-    this.#held += text.length
-    if (this.#held > HIGH_WATER_MARK) this.#controller.pause()
-  }
+  close(keepConnection: boolean): void
 }
 
 /** The reason a request is aborted with when its reader stops early; nobody is left to see it. */
@@ -175,16 +100,27 @@ class StreamClosedError extends Error {
   override name = 'StreamClosedError'
 }
 
-/** undici's dispatch handler for one fetch: settles the fetch at the response's start (2xx) or end (any other status), then feeds the StreamedBody. */
-class ResponseHandler implements Dispatcher.DispatchHandler {
+/**
+ * undici's dispatch handler for one fetch, and the StreamedBody of its answer: settles the fetch
+ * at the start of a 2xx answer and then holds its text for `read()`, or at the end of any other
+ * answer, read whole.
+ */
+class FetchHandler implements Dispatcher.DispatchHandler, StreamedBody {
   readonly #signal: AbortSignal | undefined
   readonly #respond: (response: Response, body: StreamedBody | null) => void
   readonly #reject: (err: unknown) => void
   #controller: Dispatcher.DispatchController | null = null
-  #body: StreamedBody | null = null
-  /** An error answer's body, read whole before the fetch settles. */
-  #errorAnswer: { status: number; headers: IncomingHttpHeaders; decoder: StringDecoder; text: string } | null = null
-  #settled = false
+  #status = 0
+  #headers: IncomingHttpHeaders = {}
+  readonly #decoder = new StringDecoder('utf8')
+  /** An error answer's text so far, or the text of a 2xx answer that its reader has not taken yet. */
+  #pieces: string[] = []
+  #held = 0
+  #ended = false
+  #error: unknown = null
+  #reader: { resolve(piece: string | null): void; reject(err: unknown): void } | null = null
+  /** Bytes dropped since the reader was done, or -1 while it reads: what arrives then is dropped, so that the response can end and its connection be kept. */
+  #dropped = -1
 
   constructor(signal: AbortSignal | undefined, respond: (response: Response, body: StreamedBody | null) => void, reject: (err: unknown) => void) {
     this.#signal = signal
@@ -197,48 +133,93 @@ class ResponseHandler implements Dispatcher.DispatchHandler {
     this.#controller?.abort(this.#signal?.reason as Error)
   }
 
+  get #streaming(): boolean {
+    return this.#status >= 200 && this.#status < 300
+  }
+
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.#controller = controller
     if (this.#signal?.aborted) controller.abort(this.#signal.reason as Error)
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
-    // No statusText: the SDK never reads it, and a reason phrase the Response constructor rejects would fail the call.
     if (statusCode < 200) return
-    if (statusCode < 300) {
-      this.#body = new StreamedBody(controller)
-      this.#settled = true
-      this.#respond(new Response(null, { status: statusCode, headers: responseHeaders(headers) }), this.#body)
-      return
-    }
-    this.#errorAnswer = { status: statusCode, headers, decoder: new StringDecoder('utf8'), text: '' }
+    // After a redirect, the controller of the request that answered.
+    this.#controller = controller
+    this.#status = statusCode
+    this.#headers = headers
+    // No statusText: the SDK never reads it, and a reason phrase the Response constructor rejects would fail the call.
+    if (this.#streaming) this.#respond(new Response(null, { status: statusCode, headers: responseHeaders(headers) }), this)
   }
 
   onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.#body) this.#body.push(chunk)
-    else if (this.#errorAnswer) this.#errorAnswer.text += this.#errorAnswer.decoder.write(chunk)
+    if (this.#dropped < 0) this.#deliver(this.#decoder.write(chunk))
+    else if ((this.#dropped += chunk.length) > DROP_LIMIT) this.#controller?.abort(new StreamClosedError())
   }
 
   onResponseEnd(): void {
     this.#signal?.removeEventListener('abort', this.#onAbort)
-    if (this.#body) {
-      this.#body.end()
+    if (this.#dropped < 0) this.#deliver(this.#decoder.end())
+    this.#ended = true
+    if (!this.#streaming) {
+      const text = this.#pieces.join('')
+      this.#respond(new Response(nullBodyStatuses.has(this.#status) ? null : text, { status: this.#status, headers: responseHeaders(this.#headers) }), null)
       return
     }
-    const answer = this.#errorAnswer
-    if (!answer) return
-    this.#settled = true
-    const text = answer.text + answer.decoder.end()
-    this.#respond(
-      new Response(nullBodyStatuses.has(answer.status) ? null : text, { status: answer.status, headers: responseHeaders(answer.headers) }),
-      null
-    )
+    const reader = this.#reader
+    this.#reader = null
+    reader?.resolve(null)
   }
 
   onResponseError(_controller: Dispatcher.DispatchController | null, err: Error): void {
     this.#signal?.removeEventListener('abort', this.#onAbort)
-    if (this.#settled) this.#body?.fail(err)
-    else this.#reject(err)
+    if (!this.#streaming) {
+      this.#reject(err)
+      return
+    }
+    this.#error = err
+    const reader = this.#reader
+    this.#reader = null
+    reader?.reject(err)
+  }
+
+  read(): Promise<string | null> {
+    if (this.#pieces.length > 0) {
+      const piece = this.#pieces.length === 1 ? (this.#pieces.pop() as string) : this.#pieces.splice(0).join('')
+      this.#held = 0
+      if (this.#controller?.paused) this.#controller.resume()
+      return Promise.resolve(piece)
+    }
+    if (this.#error !== null) return Promise.reject(this.#error)
+    if (this.#ended) return Promise.resolve(null)
+    return new Promise((resolve, reject) => {
+      this.#reader = { resolve, reject }
+    })
+  }
+
+  close(keepConnection: boolean): void {
+    if (this.#ended || this.#error !== null) return
+    this.#pieces = []
+    if (!keepConnection) {
+      this.#controller?.abort(new StreamClosedError())
+      return
+    }
+    this.#dropped = 0
+    if (this.#controller?.paused) this.#controller.resume()
+  }
+
+  #deliver(text: string): void {
+    if (text === '') return
+    const reader = this.#reader
+    if (reader) {
+      this.#reader = null
+      reader.resolve(text)
+      return
+    }
+    this.#pieces.push(text)
+    this.#held += text.length
+    // An error answer is read whole; only a stream waits for its reader.
+    if (this.#held > HIGH_WATER_MARK && this.#streaming) this.#controller?.pause()
   }
 }
 
