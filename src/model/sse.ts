@@ -14,7 +14,7 @@ const SPACE = 32
  * blank line ends an event, `data:` lines are joined with "\n", `event:` names the event, other
  * fields are ignored, and one space after the colon is dropped. It scans the decoded text in place
  * instead of copying bytes between buffers; decoding UTF-8 (a character split between two reads)
- * is the caller's, e.g. `readable.setEncoding('utf8')`.
+ * is the caller's (dispatcher-fetch.ts joins it with a StringDecoder).
  */
 export class ServerSentEventDecoder {
   /** The start of a line not yet ended. */
