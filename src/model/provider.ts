@@ -1,8 +1,10 @@
-import OpenAI from 'openai'
+import OpenAI, { APIError } from 'openai'
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions'
-import { Agent, fetch as undiciFetch } from 'undici'
+import { Agent } from 'undici'
 import type { Usage } from '../schemas/common.ts'
 import { classifyModelError, createModelError } from './model-errors.ts'
+import { createDispatcherFetch } from './dispatcher-fetch.ts'
+import { ServerSentEventDecoder, type ServerSentEvent } from './sse.ts'
 import type { ModelCallOptions, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
 
 export interface OpenAIProviderOptions {
@@ -20,7 +22,12 @@ export interface OpenAIProviderOptions {
 
 const defaults = { connectTimeoutMs: 10_000, headersTimeoutMs: 120_000, bodyTimeoutMs: 300_000 }
 
-/** A ModelProvider over the openai SDK: SDK retries off (the run owns retries, SPEC 5.1), undici owns the timeouts. */
+/**
+ * A ModelProvider over the openai SDK: SDK retries off (the run owns retries, SPEC 5.1), undici
+ * owns the timeouts. The SDK builds and sends each request and throws its APIError classes for an
+ * error status, through a fetch straight over undici's dispatcher (dispatcher-fetch.ts); the
+ * answer's event stream is read here, one JSON.parse per chunk (sse.ts).
+ */
 export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelProvider {
   const connectTimeoutMs = opts.connectTimeoutMs ?? defaults.connectTimeoutMs
   const headersTimeoutMs = opts.headersTimeoutMs ?? defaults.headersTimeoutMs
@@ -32,15 +39,15 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
     bodyTimeout: bodyTimeoutMs,
     keepAliveTimeout: 30_000
   })
+  const http = createDispatcherFetch(dispatcher)
   const client = new OpenAI({
     // Servers such as Ollama or vLLM need no key, but the SDK insists on one; a wrong key still surfaces as a 401.
     apiKey: opts.apiKey ?? 'no-key',
     baseURL: opts.baseURL ?? 'https://api.openai.com/v1',
     maxRetries: 0,
-    // The SDK's own deadline only guards the wait for headers; it sits behind undici's so that undici's more precise error wins.
+    // What the SDK announces (X-Stainless-Timeout). Its own deadline is not passed to the fetch: undici's connect and headers timeouts end every wait before it.
     timeout: connectTimeoutMs + headersTimeoutMs + 1000,
-    fetch: undiciFetch as unknown as typeof globalThis.fetch,
-    fetchOptions: { dispatcher },
+    fetch: http.fetch,
     // The SDK would otherwise print to the console on a malformed stream; the error reaches the caller classified anyway.
     logLevel: 'off'
   })
@@ -68,29 +75,46 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       let usage: Usage | null = null
       try {
         const headers = { 'X-Request-Id': options.requestId, ...(options.traceparent ? { traceparent: options.traceparent } : {}) }
-        const chunks = await client.chat.completions.create(params, { signal, headers })
-        for await (const chunk of chunks) {
-          if (chunk.usage) usage = toUsage(chunk.usage)
-          const choice = chunk.choices[0]
-          if (!choice) continue
-          // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
-          const delta = choice.delta as ChatCompletionChunk.Choice.Delta & { reasoning_content?: string | null; reasoning?: string | null }
-          const reasoning = delta.reasoning_content ?? delta.reasoning
-          if (reasoning) yield { type: 'reasoning', delta: reasoning }
-          if (delta.content) yield { type: 'text', delta: delta.content }
-          for (const fragment of delta.tool_calls ?? []) {
-            const call = calls.get(fragment.index) ?? { id: '', name: '', arguments: '' }
-            if (fragment.id) call.id = fragment.id
-            if (fragment.function?.name) call.name += fragment.function.name
-            if (fragment.function?.arguments) call.arguments += fragment.function.arguments
-            calls.set(fragment.index, call)
+        // The SDK sends the request and throws its APIError classes for an error status; the stream is read here.
+        const response = await client.chat.completions.create(params, { headers, fetchOptions: http.withSignal(signal) }).asResponse()
+        const body = http.takeBody(response)
+        const decoder = new ServerSentEventDecoder()
+        let finished = false
+        try {
+          reading: for (;;) {
+            const text = await body.read()
+            const events = text === null ? decoder.end() : decoder.decode(text)
+            for (const event of events) {
+              if (event.data === '[DONE]') break reading
+              const chunk = parseChunk(event, response.headers)
+              if (chunk.usage) usage = toUsage(chunk.usage)
+              const choice = chunk.choices?.[0]
+              if (!choice) continue
+              // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
+              const delta = choice.delta as ChatCompletionChunk.Choice.Delta & { reasoning_content?: string | null; reasoning?: string | null }
+              const reasoning = delta.reasoning_content ?? delta.reasoning
+              if (reasoning) yield { type: 'reasoning', delta: reasoning }
+              if (delta.content) yield { type: 'text', delta: delta.content }
+              for (const fragment of delta.tool_calls ?? []) {
+                const call = calls.get(fragment.index) ?? { id: '', name: '', arguments: '' }
+                if (fragment.id) call.id = fragment.id
+                if (fragment.function?.name) call.name += fragment.function.name
+                if (fragment.function?.arguments) call.arguments += fragment.function.arguments
+                calls.set(fragment.index, call)
+              }
+              if (choice.finish_reason) finishReason = choice.finish_reason
+            }
+            if (text === null) break
           }
-          if (choice.finish_reason) finishReason = choice.finish_reason
+          finished = true
+        } finally {
+          // After [DONE] the rest of the body is read and dropped, so that the connection is kept; on a failure or an early stop it is aborted.
+          body.close(finished)
         }
       } catch (err) {
         throw classifyModelError(err, context())
       }
-      // The SDK ends a stream quietly when its signal fires; the caller must still learn it was cut short.
+      // A signal that fires after the last chunk was read: the caller must still learn the call was cut short.
       if (signal.aborted) throw classifyModelError(signal.reason, context())
       if (finishReason === null) {
         throw createModelError('INVALID_RESPONSE', 'The model stream ended without a finish_reason.')
@@ -105,6 +129,25 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       await dispatcher.close()
     }
   }
+}
+
+/**
+ * One event's chunk. An error sent inside the stream (an `error` event, or a chunk with an `error`
+ * object) is thrown as the SDK's APIError, as the SDK's own stream reader throws it.
+ */
+function parseChunk(event: ServerSentEvent, headers: Headers): ChatCompletionChunk {
+  let chunk: (ChatCompletionChunk & { error?: unknown }) | null
+  try {
+    chunk = JSON.parse(event.data) as (ChatCompletionChunk & { error?: unknown }) | null
+  } catch (err) {
+    throw createModelError('INVALID_RESPONSE', `The model sent a stream event that is not JSON: ${(err as Error).message}`, { cause: err })
+  }
+  if (event.event === 'error') throw new APIError(undefined, (chunk?.error ?? chunk ?? undefined) as object | undefined, undefined, headers)
+  if (chunk?.error) throw new APIError(undefined, chunk.error, undefined, headers)
+  if (typeof chunk !== 'object' || chunk === null) {
+    throw createModelError('INVALID_RESPONSE', `The model sent a stream event that is not a chunk object: ${event.data.slice(0, 200)}`)
+  }
+  return chunk
 }
 
 function toUsage(u: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number }): Usage {

@@ -1,0 +1,258 @@
+import t from 'tap'
+import { once } from 'node:events'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { setTimeout as delay } from 'node:timers/promises'
+import { createOpenAIProvider, type OpenAIProviderOptions } from '../../src/model/provider.ts'
+import { ModelError, type ModelCallOptions, type ModelProvider, type ModelStreamPart } from '../../src/model/types.ts'
+
+// How the provider reads the bytes of a stream, against a node:http server that writes them in
+// pieces of its choosing: each piece is its own write, a few ms apart, so that it arrives as its own read.
+
+interface Received {
+  url: string
+  headers: IncomingMessage['headers']
+  body: { messages?: unknown[] }
+}
+
+type Answer = (res: ServerResponse, request: Received) => Promise<void> | void
+
+interface Teardown {
+  teardown(fn: () => unknown): void
+}
+
+/** A model server answering every request with `answer`, and a provider pointed at it; both close when the test ends. */
+async function startModel(t: Teardown, answer: Answer, providerOptions: OpenAIProviderOptions = {}) {
+  const requests: Received[] = []
+  let connections = 0
+  const server = createServer((req, res) => {
+    void (async () => {
+      const parts: Buffer[] = []
+      for await (const part of req) parts.push(part as Buffer)
+      const received = { url: req.url ?? '', headers: req.headers, body: JSON.parse(Buffer.concat(parts).toString('utf8')) as Received['body'] }
+      requests.push(received)
+      await answer(res, received)
+    })().catch(() => res.destroy())
+  })
+  server.on('connection', () => connections++)
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const provider = createOpenAIProvider({
+    apiKey: 'test-key',
+    baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
+    headersTimeoutMs: 2000,
+    bodyTimeoutMs: 2000,
+    ...providerOptions
+  })
+  t.teardown(async () => {
+    server.closeAllConnections()
+    server.close()
+    await provider.close()
+  })
+  return { provider, requests, connections: () => connections }
+}
+
+/** Starts an event stream and writes `pieces` one by one, apart in time; ends it unless told not to. */
+async function writeApart(res: ServerResponse, pieces: Array<string | Buffer>, end = true): Promise<void> {
+  if (!res.headersSent) res.writeHead(200, { 'content-type': 'text/event-stream' })
+  for (const piece of pieces) {
+    res.write(piece)
+    await delay(15)
+  }
+  if (end) res.end()
+}
+
+const chunk = (delta: object, finishReason: string | null = null, extra: object = {}) =>
+  JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 0, model: 'm', choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })
+const stop = chunk({}, 'stop')
+
+const request = { model: 'm', messages: [{ role: 'user' as const, content: 'hi' }] }
+const call = (): ModelCallOptions => ({ signal: new AbortController().signal, requestId: 'req-stream' })
+
+async function collect(provider: ModelProvider, options = call()) {
+  const parts: ModelStreamPart[] = []
+  for await (const part of provider.stream(request, options)) parts.push(part)
+  return parts
+}
+
+async function failure(provider: ModelProvider) {
+  const parts: ModelStreamPart[] = []
+  try {
+    for await (const part of provider.stream(request, call())) parts.push(part)
+  } catch (err) {
+    if (err instanceof ModelError) return { error: err, parts }
+    throw err
+  }
+  throw new Error(`expected the call to fail, got ${JSON.stringify(parts)}`)
+}
+
+const text = (parts: ModelStreamPart[]) => parts.flatMap((p) => (p.type === 'text' ? [p.delta] : [])).join('')
+
+t.test('a character split between two reads arrives whole', async (t) => {
+  const frame = Buffer.from(`data: ${chunk({ content: 'Zürich 🌍 ok' })}\n\n`)
+  const inEmoji = frame.indexOf(Buffer.from('🌍')) + 2
+  const { provider } = await startModel(t, (res) => writeApart(res, [frame.subarray(0, inEmoji), frame.subarray(inEmoji), `data: ${stop}\n\ndata: [DONE]\n\n`]))
+  const parts = await collect(provider)
+  t.equal(text(parts), 'Zürich 🌍 ok')
+  t.match(parts.at(-1), { type: 'finish', finishReason: 'stop' })
+})
+
+t.test('\\r\\n and \\r line ends, a \\r\\n split between reads, and keep-alive comments are read like \\n', async (t) => {
+  const bodies = [
+    [': keep-alive\r\n\r\n', `data: ${chunk({ content: 'one ' })}\r`, '\n\r\n', `: ping\r\ndata: ${chunk({ content: 'two' })}\r\n\r\n`, `data: ${stop}\r\n\r\ndata: [DONE]\r\n\r\n`],
+    [`:\rdata: ${chunk({ content: 'one ' })}\r\r`, `data: ${chunk({ content: 'two' })}\r\rdata: ${stop}\r\r`, 'data: [DONE]\r\r']
+  ]
+  const { provider } = await startModel(t, (res) => writeApart(res, bodies.shift() ?? []))
+  for (const ending of ['\\r\\n', '\\r']) {
+    const parts = await collect(provider)
+    t.equal(text(parts), 'one two', `${ending} line ends`)
+    t.match(parts.at(-1), { type: 'finish', finishReason: 'stop' })
+  }
+})
+
+t.test('an event whose JSON spans several data lines is one chunk', async (t) => {
+  const json = chunk({ content: 'joined' })
+  const middle = json.indexOf('"choices"')
+  const { provider } = await startModel(t, (res) =>
+    writeApart(res, [`data: ${json.slice(0, middle)}\ndata: ${json.slice(middle)}\n\n`, `data: ${stop}\n\ndata: [DONE]\n\n`]))
+  t.equal(text(await collect(provider)), 'joined')
+})
+
+t.test('an error sent inside the stream fails the call classified by its type, after the parts before it', async (t) => {
+  const errors = [
+    `event: error\ndata: {"error":{"message":"The server is overloaded.","type":"server_error"}}\n\n`,
+    `data: {"error":{"message":"Rate limit reached.","type":"rate_limit_exceeded"}}\n\n`,
+    // Some servers send the error object itself as the data of an `error` event.
+    `event: error\ndata: {"message":"Something else.","type":"invalid_request_error"}\n\n`
+  ]
+  const { provider } = await startModel(t, (res) => writeApart(res, [`data: ${chunk({ content: 'partial' })}\n\n`, errors.shift() ?? '']))
+  const overloaded = await failure(provider)
+  t.equal(text(overloaded.parts), 'partial')
+  t.match(overloaded.error.classified, {
+    code: 'SERVER_ERROR', retryable: true, message: 'The model stream reported an error: The server is overloaded.', detail: { status: null, providerType: 'server_error' }
+  })
+  t.equal(overloaded.error.status, null)
+  const limited = await failure(provider)
+  t.match(limited.error.classified, { code: 'RATE_LIMITED', retryable: true })
+  const other = await failure(provider)
+  t.match(other.error.classified, { code: 'UNKNOWN', errorType: 'runtime', message: /Something else\./ })
+})
+
+t.test('a chunk that is not JSON, or JSON but not an object, is INVALID_RESPONSE; a chunk without choices is skipped', async (t) => {
+  const bodies = [
+    [`data: ${chunk({ content: 'a' })}\n\n`, 'data: {"choices": [\n\n'],
+    [`data: ${chunk({ content: 'a' })}\n\n`, 'data: 42\n\n'],
+    ['data: {"type":"ping"}\n\n', `data: ${chunk({ content: 'fine' })}\n\ndata: ${stop}\n\ndata: [DONE]\n\n`]
+  ]
+  const { provider } = await startModel(t, (res) => writeApart(res, bodies.shift() ?? []))
+  const notJson = await failure(provider)
+  t.equal(text(notJson.parts), 'a')
+  t.match(notJson.error.classified, { code: 'INVALID_RESPONSE', retryable: false, message: /not JSON/ })
+  t.match((await failure(provider)).error.classified, { code: 'INVALID_RESPONSE', message: /not a chunk object/ })
+  t.equal(text(await collect(provider)), 'fine')
+})
+
+t.test('the last event counts even when the stream ends without the blank line after it, or without [DONE]', async (t) => {
+  const usage = chunk({}, 'stop', { usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } })
+  const { provider } = await startModel(t, (res) => writeApart(res, [`data: ${chunk({ content: 'end' })}\n\n`, `data: ${usage}`]))
+  const parts = await collect(provider)
+  t.equal(text(parts), 'end')
+  t.same(parts.at(-1), { type: 'finish', finishReason: 'stop', usage: { inputTokens: 3, outputTokens: 1, totalTokens: 4 } })
+})
+
+t.test('[DONE] ends the call without waiting for the body to end; what follows it is dropped and the connection serves the next call', async (t) => {
+  let release = (): void => undefined
+  const released = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  let ended = false
+  let calls = 0
+  const { provider, connections } = await startModel(t, async (res) => {
+    if (++calls > 1) return writeApart(res, [`data: ${chunk({ content: 'again' })}\n\ndata: ${stop}\n\ndata: [DONE]\n\n`])
+    await writeApart(res, [`data: ${chunk({ content: 'first' })}\n\ndata: ${stop}\n\ndata: [DONE]\n\n`], false)
+    await released
+    await writeApart(res, ['data: {not json after done\n\n'])
+    ended = true
+  })
+  const first = await collect(provider)
+  t.equal(text(first), 'first')
+  t.notOk(ended, 'the call was over before the server ended the body')
+  release()
+  while (!ended) await delay(5)
+  // The client reads the end of the body on its own, then the connection is free again.
+  await delay(50)
+  t.equal(text(await collect(provider)), 'again')
+  t.equal(connections(), 1, 'both calls went over one connection')
+})
+
+t.test('a server that goes on sending after [DONE] without ending has its request aborted once 128 KiB are dropped', async (t) => {
+  let closed: Promise<unknown> = Promise.resolve()
+  const { provider } = await startModel(t, async (res) => {
+    closed = once(res, 'close')
+    const noise = `: ${'x'.repeat(1022)}\n`
+    await writeApart(res, [`data: ${chunk({ content: 'done' })}\n\ndata: ${stop}\n\ndata: [DONE]\n\n`, noise.repeat(100), noise.repeat(100)], false)
+  }, { bodyTimeoutMs: 60_000 })
+  t.equal(text(await collect(provider)), 'done')
+  const outcome = await Promise.race([closed.then(() => 'closed'), delay(10_000, 'still open')])
+  t.equal(outcome, 'closed', 'the server saw the request go away long before the body timeout')
+})
+
+t.test('a long answer read slowly arrives whole and in order (the socket is paused and resumed)', async (t) => {
+  const words = Array.from({ length: 3000 }, (_, i) => `word${i} `)
+  const { provider } = await startModel(t, (res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.end(words.map((word) => `data: ${chunk({ content: word })}\n\n`).join('') + `data: ${stop}\n\ndata: [DONE]\n\n`)
+  })
+  const parts: ModelStreamPart[] = []
+  for await (const part of provider.stream(request, call())) {
+    parts.push(part)
+    if (parts.length % 500 === 0) await delay(20)
+  }
+  t.equal(text(parts), words.join(''))
+})
+
+t.test('a caller that stops reading early aborts the request', async (t) => {
+  let closed: Promise<unknown> = Promise.resolve()
+  const { provider } = await startModel(t, async (res) => {
+    closed = once(res, 'close')
+    await writeApart(res, [`data: ${chunk({ content: 'one' })}\n\n`, `data: ${chunk({ content: 'two' })}\n\n`], false)
+  }, { bodyTimeoutMs: 60_000 })
+  for await (const part of provider.stream(request, call())) {
+    t.match(part, { type: 'text', delta: 'one' })
+    break
+  }
+  const outcome = await Promise.race([closed.then(() => 'closed'), delay(10_000, 'still open')])
+  t.equal(outcome, 'closed', 'the server saw the request go away long before the body timeout')
+})
+
+t.test('a redirect is followed with the same method and body, as fetch followed it', async (t) => {
+  const { provider, requests } = await startModel(t, (res, received) => {
+    if (received.url === '/v1/chat/completions') {
+      res.writeHead(307, { location: '/moved/v1/chat/completions' })
+      res.end()
+      return
+    }
+    return writeApart(res, [`data: ${chunk({ content: 'moved' })}\n\ndata: ${stop}\n\ndata: [DONE]\n\n`])
+  })
+  t.equal(text(await collect(provider)), 'moved')
+  t.same(requests.map((r) => r.url), ['/v1/chat/completions', '/moved/v1/chat/completions'])
+  t.same(requests[1]?.body.messages, request.messages)
+})
+
+t.test('the request carries the API key, the X-Request-Id and the traceparent; an error answer that is not JSON keeps its text', async (t) => {
+  let status = 200
+  const { provider, requests } = await startModel(t, (res) => {
+    if (status === 200) return writeApart(res, [`data: ${stop}\n\ndata: [DONE]\n\n`])
+    res.writeHead(status, { 'content-type': 'text/html', 'retry-after': '3' })
+    res.end('<html>502 Bad Gateway</html>')
+  })
+  const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'
+  await collect(provider, { ...call(), requestId: 'req-headers.1', traceparent })
+  t.match(requests[0]?.headers, {
+    authorization: 'Bearer test-key', 'x-request-id': 'req-headers.1', traceparent, 'content-type': 'application/json', 'content-length': /^\d+$/
+  })
+  status = 502
+  const { error } = await failure(provider)
+  t.match(error.classified, { code: 'SERVER_ERROR', retryable: true, message: /502.*Bad Gateway/ })
+  t.equal(error.retryAfterMs, 3000)
+})
