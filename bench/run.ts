@@ -2,7 +2,9 @@
  * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|all>`. They print figures; they
  * are never tests. Each starts its own model and agentd processes on 127.0.0.1, stops by itself
  * after a fixed amount of work (and a time limit), and leaves nothing running.
- * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went.
+ * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went;
+ * BENCH_CPU_PROF_KEEP=<folder> keeps the raw profiles there; BENCH_ELU=1 prints agentd's
+ * event-loop utilisation every 2 s.
  */
 import { machine } from './report.ts'
 

@@ -37,6 +37,7 @@ serveChild(`http://127.0.0.1:${address.port}`, async () => {
   await app.close()
   await model.close()
 })
+// BENCH_ELU=1: the share of time agentd's event loop is busy, every 2 s on stderr (1.00 = its one thread is the limit).
 if (process.env['BENCH_ELU']) {
   let last = performance.eventLoopUtilization()
   setInterval(() => {
