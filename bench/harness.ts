@@ -39,13 +39,13 @@ export function sqliteSetting(): BenchSqlite {
 /**
  * agentd in its own process, its SQLite file (or `:memory:`) and workspaces in a temporary folder
  * removed after it exits. With BENCH_CPU_PROF=1 it runs under --cpu-prof and its profile is
- * summarised when it closes.
+ * summarised when it closes. `execArgv` adds Node flags (--expose-gc for memory figures).
  */
-export async function startServiceProcess(modelUrl: string, sqlite: BenchSqlite = 'file'): Promise<ChildServer> {
+export async function startServiceProcess(modelUrl: string, sqlite: BenchSqlite = 'file', execArgv: string[] = []): Promise<ChildServer> {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
   const profiling = Boolean(process.env['BENCH_CPU_PROF'])
-  const execArgv = profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : []
-  const service = await startChild('./service-process.ts', [modelUrl, dir], execArgv, sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {})
+  const flags = [...execArgv, ...(profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])]
+  const service = await startChild('./service-process.ts', [modelUrl, dir], flags, sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {})
     .catch((err: unknown) => {
       rmSync(dir, { recursive: true, force: true })
       throw err

@@ -1,5 +1,5 @@
 /**
- * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|frames|all>`. They print figures; they
+ * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|frames|streams|all>`. They print figures; they
  * are never tests. Each starts its own model and agentd processes on 127.0.0.1, stops by itself
  * after a fixed amount of work (and a time limit), and leaves nothing running.
  * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went;
@@ -15,7 +15,8 @@ const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
   latency: () => import('./latency.ts'),
   throughput: () => import('./throughput.ts'),
   model: () => import('./model-stream.ts'),
-  frames: () => import('./frame-cost.ts')
+  frames: () => import('./frame-cost.ts'),
+  streams: () => import('./idle-streams.ts')
 }
 const TIME_LIMIT_MS = 15 * 60_000
 

@@ -19,10 +19,12 @@ const config = loadConfig({
   OPENAI_BASE_URL: modelUrl,
   OPENAI_API_KEY: 'bench',
   LOG_LEVEL: 'silent',
-  // The bench is one client that, on purpose, sends thousands of requests a minute and holds 100 streams open.
+  // The bench is one client that, on purpose, sends thousands of requests a minute and holds
+  // 100 streams (10 000 idle ones in idle-streams.ts) open.
   AGENTD_RATE_LIMIT_MAX: '0',
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: '100000',
   AGENTD_MAX_STREAMS_PER_KEY: '100000',
+  AGENTD_MAX_STREAMS: '100000',
   AGENTD_MAX_SESSIONS_PER_TENANT: '100000000',
   // Set by bench/cluster.ts: one of several processes on PostgreSQL instead of the SQLite file.
   ...(process.env['BENCH_SERVICE_DATABASE_URL'] ? { DATABASE_URL: process.env['BENCH_SERVICE_DATABASE_URL'] } : {})
