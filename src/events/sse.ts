@@ -47,7 +47,6 @@ export interface EventStreamOptions {
   runId?: string | undefined
   /** End after the next `done` event that passes the filters. */
   untilDone?: boolean
-  pingIntervalMs?: number
   /** Unsent bytes a reader may fall behind by (besides the kernel's buffers) before it is dropped as too slow. */
   maxBufferedBytes?: number
   /** The budget of unsent bytes shared with other streams; a stream that is behind when it is spent is dropped. */
@@ -59,56 +58,112 @@ export interface EventStreamOptions {
 }
 
 export interface OpenEventStream {
+  /** Sends a `: ping` comment, unless the reader is behind (its events are keeping it alive). */
+  ping(): void
   /** Ends the stream after a final comment frame (shutdown). */
   end(reason: string): void
   /** Bytes written to this stream that its socket has not taken yet. */
   readonly heldBytes: number
-  readonly closed: Promise<void>
 }
 
 const REPLAY_PAGE = 500
+const RETRY_FRAME = Buffer.from('retry: 2000\n\n')
+const PING_FRAME = Buffer.from(': ping\n\n')
 
 /**
  * Streams a session's events to one client: subscribe first, replay from the store, then go
  * live, dropping live events already replayed, so the seam loses, repeats and reorders nothing.
  * A reader that holds more than maxBufferedBytes (written, not yet taken by its socket), or more
  * than its share of a spent shared budget, when its next event comes is disconnected; it resumes
- * with Last-Event-ID from the last event it received.
+ * with Last-Event-ID from the last event it received. The caller sends the pings (`ping()`): one
+ * timer for every stream of the process (StreamHub) instead of one each.
  */
 export function openEventStream(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions): OpenEventStream {
-  const pingIntervalMs = options.pingIntervalMs ?? 15_000
-  const maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
-  const budget = options.budget ?? { held: 0, peak: 0, streams: 0, max: Number.POSITIVE_INFINITY }
-  const channels = options.channels?.length ? new Set(options.channels) : null
-  const types = options.types?.length ? new Set(options.types) : null
-  const wanted = (event: EventRecord) =>
-    (!channels || channels.has(event.channel)) &&
-    (!types || types.has(event.type)) &&
-    (!options.runId || event.runId === options.runId)
+  return new EventStream(res, store, feed, options)
+}
 
-  let resolveClosed: () => void = () => {}
-  const closed = new Promise<void>((resolve) => (resolveClosed = resolve))
-  let ended = false
-  let lastSeq = options.after
-  let replaying = true
-  let held = 0
-  budget.streams++
-  const pending: EventRecord[] = []
+/** A hub may hold many thousands of these at once, mostly idle: state lives in fields, not in closures, and options are not kept. */
+class EventStream implements OpenEventStream {
+  readonly #res: ServerResponse
+  readonly #store: Store
+  readonly #sessionId: string
+  readonly #channels: Set<EventChannel> | null
+  readonly #types: Set<string> | null
+  readonly #runId: string | undefined
+  readonly #untilDone: boolean
+  readonly #maxBuffered: number
+  readonly #budget: HeldBytes
+  readonly #onClose: (() => void) | undefined
+  readonly #unsubscribe: () => void
+  #ended = false
+  #lastSeq: number
+  #replaying = true
+  /** Bytes the response holds (written, not yet taken by the kernel), as last counted. */
+  #held = 0
+  /** Live events that came during the replay, sent after it; null until the first one. */
+  #pending: EventRecord[] | null = null
   /** Bytes of the live events waiting for the replay to finish; a reader that lets them pile up is too slow. */
-  let pendingBytes = 0
+  #pendingBytes = 0
 
-  const finish = () => {
-    if (ended) return
-    ended = true
-    clearInterval(ping)
-    unsubscribe()
+  constructor(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions) {
+    this.#res = res
+    this.#store = store
+    this.#sessionId = options.sessionId
+    this.#channels = options.channels?.length ? new Set(options.channels) : null
+    this.#types = options.types?.length ? new Set(options.types) : null
+    this.#runId = options.runId
+    this.#untilDone = options.untilDone ?? false
+    this.#maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
+    this.#budget = options.budget ?? { held: 0, peak: 0, streams: 0, max: Number.POSITIVE_INFINITY }
+    this.#onClose = options.onClose
+    this.#lastSeq = options.after
+    this.#budget.streams++
+
+    res.on('drain', this.#recount)
+    this.#unsubscribe = feed.subscribe(options.sessionId, this.#onLive)
+    res.writeHead(200, {
+      ...options.headers,
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      'x-accel-buffering': 'no',
+      connection: 'keep-alive'
+    })
+    // The head goes out on its own: written as it is, V8 flattens the string Node built it into
+    // piece by piece, which the response keeps for as long as it is open (~1 KB less per stream).
+    res.flushHeaders()
+    this.#send(RETRY_FRAME)
+    res.on('close', this.#finish)
+    res.on('error', this.#finish)
+    void this.#replay()
+  }
+
+  get heldBytes(): number {
+    return this.#held
+  }
+
+  ping(): void {
+    // A reader that is behind has no use for pings piling up behind its events.
+    this.#recount()
+    if (!this.#ended && this.#held === 0) this.#send(PING_FRAME)
+  }
+
+  end(reason: string): void {
+    if (this.#ended) return
+    this.#res.write(`: ${reason}\n\n`)
+    this.#finish()
+  }
+
+  readonly #finish = (): void => {
+    if (this.#ended) return
+    this.#ended = true
+    this.#unsubscribe()
     // What the socket still holds is freed with it.
-    budget.held -= held
-    budget.streams--
-    held = 0
-    if (!res.writableEnded) res.end()
-    options.onClose?.()
-    resolveClosed()
+    this.#budget.held -= this.#held
+    this.#budget.streams--
+    this.#held = 0
+    this.#pending = null
+    if (!this.#res.writableEnded) this.#res.end()
+    this.#onClose?.()
   }
 
   /**
@@ -116,52 +171,92 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
    * still queued are. Refreshed on every write, when a write is flushed and on 'drain'; between
    * two refreshes the count can only be higher than the truth, never lower.
    */
-  const recount = () => {
-    if (ended) return
-    const now = res.writableLength
-    budget.held += now - held
-    held = now
-    if (budget.held > budget.peak) budget.peak = budget.held
+  readonly #recount = (): void => {
+    if (this.#ended) return
+    const now = this.#res.writableLength
+    this.#budget.held += now - this.#held
+    this.#held = now
+    if (this.#budget.held > this.#budget.peak) this.#budget.peak = this.#budget.held
   }
-  const send = (bytes: Buffer | string) => {
-    // Counted now (what the kernel did not take at once) and again once it is flushed.
-    res.write(bytes, recount)
-    recount()
-  }
-  res.on('drain', recount)
 
-  const write = (event: EventRecord) => {
-    if (ended || event.seq <= lastSeq) return
-    lastSeq = event.seq
-    if (!wanted(event)) return
+  #send(bytes: Buffer | string): void {
+    // Counted now (what the kernel did not take at once) and again once it is flushed.
+    this.#res.write(bytes, this.#recount)
+    this.#recount()
+  }
+
+  #wanted(event: EventRecord): boolean {
+    return (!this.#channels || this.#channels.has(event.channel)) &&
+      (!this.#types || this.#types.has(event.type)) &&
+      (!this.#runId || event.runId === this.#runId)
+  }
+
+  #write(event: EventRecord): void {
+    if (this.#ended || event.seq <= this.#lastSeq) return
+    this.#lastSeq = event.seq
+    if (!this.#wanted(event)) return
     const frame = eventFrame(event)
-    recount()
-    const overBudget = budget.held + frame.length > budget.max && held + frame.length > budget.max / budget.streams
-    if (held > 0 && (held > maxBuffered || overBudget)) {
+    this.#recount()
+    const budget = this.#budget
+    const overBudget = budget.held + frame.length > budget.max && this.#held + frame.length > budget.max / budget.streams
+    if (this.#held > 0 && (this.#held > this.#maxBuffered || overBudget)) {
       // Too slow: drop the connection instead of buffering without bound. When the streams
       // together would hold more than the budget, the ones that would hold more than their
       // share go first, so readers that keep up are not dropped for the slow ones; a reader
       // with nothing held always takes the frame.
-      res.destroy()
-      finish()
+      this.#res.destroy()
+      this.#finish()
       return
     }
-    send(frame)
-    if (options.untilDone && event.type === 'done') finish()
+    this.#send(frame)
+    if (this.#untilDone && event.type === 'done') this.#finish()
   }
 
-  const unsubscribe = feed.subscribe(options.sessionId, (event) => {
-    if (!replaying) return write(event)
-    pending.push(event)
-    pendingBytes += eventFrame(event).length
-    if (pendingBytes > maxBuffered) {
-      res.destroy()
-      finish()
+  readonly #onLive = (event: EventRecord): void => {
+    if (!this.#replaying) return this.#write(event)
+    if (this.#ended) return
+    ;(this.#pending ??= []).push(event)
+    this.#pendingBytes += eventFrame(event).length
+    if (this.#pendingBytes > this.#maxBuffered) {
+      this.#res.destroy()
+      this.#finish()
     }
-  })
+  }
 
-  /** Resolves when the response has flushed what it holds, or has closed. */
-  const drained = () => new Promise<void>((resolve) => {
+  async #replay(): Promise<void> {
+    const res = this.#res
+    try {
+      for (;;) {
+        const page = await this.#store.listEvents(this.#sessionId, {
+          after: this.#lastSeq,
+          limit: REPLAY_PAGE,
+          ...(this.#channels ? { channels: [...this.#channels] } : {}),
+          ...(this.#types ? { types: [...this.#types] } : {})
+        })
+        // Replay is read at the reader's pace: it waits for the socket to drain instead of
+        // dropping a reader that reconnects with a large backlog (a dropped reader would come
+        // back for the same events, and never get past them).
+        for (const event of page) {
+          if (res.writableNeedDrain) await drained(res)
+          if (this.#ended) break
+          this.#write(event)
+        }
+        if (this.#ended || page.length < REPLAY_PAGE) break
+      }
+      // Filtered replay may stop below the session's newest seq; the pending live events fill in.
+      this.#replaying = false
+      const pending = this.#pending
+      this.#pending = null
+      if (pending) for (const event of pending) this.#write(event)
+    } catch {
+      this.#finish()
+    }
+  }
+}
+
+/** Resolves when the response has flushed what it holds, or has closed. */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise<void>((resolve) => {
     const done = () => {
       res.off('drain', done)
       res.off('close', done)
@@ -170,60 +265,4 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
     res.on('drain', done)
     res.on('close', done)
   })
-
-  res.writeHead(200, {
-    ...options.headers,
-    'content-type': 'text/event-stream; charset=utf-8',
-    'cache-control': 'no-cache, no-transform',
-    'x-accel-buffering': 'no',
-    connection: 'keep-alive'
-  })
-  send('retry: 2000\n\n')
-  // A reader that is behind has no use for pings piling up behind its events.
-  const ping = setInterval(() => {
-    recount()
-    if (!ended && held === 0) send(': ping\n\n')
-  }, pingIntervalMs)
-  ping.unref()
-  res.on('close', finish)
-  res.on('error', finish)
-
-  void (async () => {
-    try {
-      for (;;) {
-        const page = await store.listEvents(options.sessionId, {
-          after: lastSeq,
-          limit: REPLAY_PAGE,
-          ...(channels ? { channels: [...channels] } : {}),
-          ...(types ? { types: [...types] } : {})
-        })
-        // Replay is read at the reader's pace: it waits for the socket to drain instead of
-        // dropping a reader that reconnects with a large backlog (a dropped reader would come
-        // back for the same events, and never get past them).
-        for (const event of page) {
-          if (res.writableNeedDrain) await drained()
-          if (ended) break
-          write(event)
-        }
-        if (ended || page.length < REPLAY_PAGE) break
-      }
-      // Filtered replay may stop below the session's newest seq; the pending live events fill in.
-      replaying = false
-      for (const event of pending.splice(0)) write(event)
-    } catch {
-      finish()
-    }
-  })()
-
-  return {
-    end(reason: string) {
-      if (ended) return
-      res.write(`: ${reason}\n\n`)
-      finish()
-    },
-    get heldBytes() {
-      return held
-    },
-    closed
-  }
 }
