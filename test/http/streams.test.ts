@@ -20,6 +20,57 @@ const until = async (condition: () => boolean, timeoutMs = 5000) => {
   return condition()
 }
 
+/** A raw stream that notes when its `retry` frame and each `: ping` comment arrive. */
+function pingWatcher(t: { teardown(fn: () => void): void }, base: string, sessionId: string): { opened: number | null; pings: number[] } {
+  const { port } = new URL(base)
+  const socket = connect(Number(port), '127.0.0.1')
+  const watcher: { opened: number | null; pings: number[] } = { opened: null, pings: [] }
+  let text = ''
+  socket.setEncoding('latin1')
+  socket.on('data', (chunk: string) => {
+    const now = performance.now()
+    text += chunk
+    if (watcher.opened === null && text.includes('retry: 2000\n\n')) watcher.opened = now
+    for (let at = text.indexOf(': ping\n\n'); at >= 0; at = text.indexOf(': ping\n\n')) {
+      watcher.pings.push(now)
+      text = text.slice(at + 8)
+    }
+  })
+  socket.write(`GET /v1/sessions/${sessionId}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n`)
+  t.teardown(() => socket.destroy())
+  return watcher
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+t.test('every stream gets a ping each interval from when it opened, however many are open', async (t) => {
+  const interval = 300
+  const { app } = await buildTestApp(t, { app: { ssePingMs: interval } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  // Opened over two intervals, so that they fall at different points of the shared ping timer.
+  const watchers = []
+  for (let i = 0; i < 12; i++) {
+    watchers.push(pingWatcher(t, base, session.id))
+    await sleep(interval / 6)
+  }
+  await sleep(3.5 * interval)
+  const now = performance.now()
+  // Timers fire late on a busy machine, so a gap may stretch and the next shrink; the bounds
+  // are wide, but a stream pinged at the wrong rate, or not at all, falls outside them.
+  for (const [i, watcher] of watchers.entries()) {
+    if (watcher.opened === null) {
+      t.fail(`stream ${i} never opened`)
+      continue
+    }
+    const times = [watcher.opened, ...watcher.pings]
+    const gaps = times.slice(1).map((time, k) => Math.round(time - (times[k] as number)))
+    const expected = Math.floor((now - watcher.opened) / interval)
+    t.ok(watcher.pings.length >= expected - 1 && watcher.pings.length <= expected + 1, `stream ${i}: ${watcher.pings.length} pings in ${Math.round(now - watcher.opened)} ms`)
+    t.ok(gaps.every((gap) => gap >= interval / 2 && gap <= interval * 1.5), `stream ${i}: open, then a ping after each of ${gaps.join(', ')} ms`)
+  }
+})
+
 t.test('the process serves at most AGENTD_MAX_STREAMS streams: beyond, 503 UNAVAILABLE with Retry-After, and no run starts', async (t) => {
   const { app, devModel } = await buildTestApp(t, { env: { AGENTD_MAX_STREAMS: '2' } })
   const base = await listen(app)
