@@ -69,7 +69,7 @@ export const EnvSchema = Type.Object({
   AGENTD_MAX_SESSIONS_PER_TENANT: integer('an integer from 1 to 100000000', '100000'),
   AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: integer('an integer from 1 to 100000', '64'),
   AGENTD_MAX_STREAMS_PER_KEY: integer('an integer from 1 to 100000', '64'),
-  AGENTD_MAX_STREAMS: integer('an integer from 1 to 1000000', '1000'),
+  AGENTD_MAX_STREAMS: integer('an integer from 1 to 1000000', '10000'),
   AGENTD_MAX_STREAM_BYTES: integer('an integer of bytes from 65536 to 17179869184', '67108864'),
   AGENTD_TOOL_MAX_OUTPUT_BYTES: integer('an integer of bytes from 1024 to 104857600', '100000'),
   AGENTD_HOOKS_CONFIG: Type.Optional(Type.String({ minLength: 1, description: 'a path to a JSON hooks file {"hooks": [...]}' })),
