@@ -69,14 +69,15 @@ export async function run(): Promise<void> {
     const check = await checkEvents(agentd, figures.streams)
     closeStreams(figures.streams)
 
-    console.log(`\nidle-streams: ${STREAMS} idle SSE streams held open in one process; memory after a full GC, /healthz one request every ${HEALTH_SPACING_MS} ms`)
+    console.log(`\nidle-streams: ${STREAMS} idle SSE streams held open in one process; memory after a full GC; /healthz one request every ` +
+      `${HEALTH_SPACING_MS} ms for ${fmt((HEALTH_PROBES * HEALTH_SPACING_MS) / 1000, 0)} s (a ping interval), and the server's CPU meanwhile`)
     const perStream = (m: Measured, key: 'rss' | 'heapUsed') => fmt((m.after[key] - m.before[key]) / STREAMS / 1024, 1)
     const rows = (label: string, m: Measured) => [
       [label, '0', '', '', fmt(percentile(m.healthIdle, 50)), fmt(percentile(m.healthIdle, 99)), fmt(Math.max(...m.healthIdle)), fmt(m.cpuIdle, 1)],
       [label, String(STREAMS), perStream(m, 'rss'), perStream(m, 'heapUsed'), fmt(percentile(m.healthLoaded, 50)), fmt(percentile(m.healthLoaded, 99)), fmt(Math.max(...m.healthLoaded)), fmt(m.cpuLoaded, 1)]
     ]
     printTable([
-      ['server', 'streams', 'RSS KB/stream', 'heap KB/stream', '/healthz p50 ms', 'p99 ms', 'max ms', 'CPU % idle'],
+      ['server', 'streams', 'RSS KB/stream', 'heap KB/stream', '/healthz p50 ms', 'p99 ms', 'max ms', 'CPU % of a core'],
       ...rows('bare node:http (baseline)', bareFigures),
       ...rows('agentd', figures)
     ])
