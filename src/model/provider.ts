@@ -1,6 +1,7 @@
 import OpenAI, { APIError } from 'openai'
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions'
 import { Agent } from 'undici'
+import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { Usage } from '../schemas/common.ts'
 import { classifyModelError, createModelError } from './model-errors.ts'
 import { createDispatcherFetch } from './dispatcher-fetch.ts'
@@ -19,6 +20,9 @@ export interface OpenAIProviderOptions {
   /** Longest silence between two body chunks (a stream that stalls). */
   bodyTimeoutMs?: number
 }
+
+/** Text of the model's answer read in one turn of the event loop before the reader lets other work in. */
+const TURN_BYTES = 64 * 1024
 
 const defaults = { connectTimeoutMs: 10_000, headersTimeoutMs: 120_000, bodyTimeoutMs: 300_000 }
 
@@ -80,9 +84,18 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         const body = http.takeBody(response)
         const decoder = new ServerSentEventDecoder()
         let finished = false
+        let sinceTurn = 0
         try {
           reading: for (;;) {
+            // Text already held comes back without a turn of the event loop: a burst (a long
+            // answer sent at once) would otherwise be parsed, stored and streamed in one turn,
+            // with every other request waiting behind it.
+            if (sinceTurn > TURN_BYTES) {
+              sinceTurn = 0
+              await nextTurn()
+            }
             const text = await body.read()
+            if (text !== null) sinceTurn += text.length
             const events = text === null ? decoder.end() : decoder.decode(text)
             for (const event of events) {
               if (event.data === '[DONE]') break reading
