@@ -24,6 +24,9 @@ export class EventLog {
    */
   commit(sessionId: string, writes: readonly StoreWrite[]): Promise<EventRecord[]> {
     const committed = this.#store.commit(writes)
+    // Its failure reaches the caller through `published`, which may only look once an earlier
+    // unit of the session is published: meanwhile it is not an unhandled rejection.
+    committed.catch(() => undefined)
     const previous = this.#tails.get(sessionId) ?? Promise.resolve()
     const published = previous.then(async () => {
       const events = await committed
