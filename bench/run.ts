@@ -1,7 +1,8 @@
 /**
- * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|all>`. They print figures; they
- * are never tests. Each starts its own model and agentd processes on 127.0.0.1, stops by itself
- * after a fixed amount of work (and a time limit), and leaves nothing running.
+ * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|store|all>`. They print figures; they
+ * are never tests. Each starts its own model and agentd processes on 127.0.0.1 (store drives the
+ * SQLite store in its own process, with no HTTP), stops by itself after a fixed amount of work
+ * (and a time limit), and leaves nothing running.
  * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went.
  */
 import { machine } from './report.ts'
@@ -12,7 +13,8 @@ const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
   overhead: () => import('./overhead.ts'),
   latency: () => import('./latency.ts'),
   throughput: () => import('./throughput.ts'),
-  model: () => import('./model-stream.ts')
+  model: () => import('./model-stream.ts'),
+  store: () => import('./store.ts')
 }
 const TIME_LIMIT_MS = 15 * 60_000
 
