@@ -144,8 +144,8 @@ async function floorPath(file: string): Promise<Path> {
     events: d.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq'),
     messages: d.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos'),
     insertSession: d.prepare(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-      approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+      approval, limits, metadata, input_tokens, output_tokens, total_tokens, forked_from)
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     insertEvent: d.prepare('INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)'),
     insertMessage: d.prepare(`INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
@@ -226,7 +226,7 @@ async function floorPath(file: string): Promise<Path> {
     listEvents: async (sessionId, after) => s.events.all(sessionId, after),
     listMessages: async (sessionId) => s.messages.all(sessionId),
     createSession: (session) => {
-      const params = sessionParams(session)
+      const params = sessionParams(session, false)
       return write(() => void s.insertSession.run(...params))
     },
     commit: (writes) => {

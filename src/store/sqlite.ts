@@ -74,7 +74,6 @@ class HotStatements {
   readonly addUsage: StatementSync
   readonly setSessionStatus: StatementSync
   readonly touchSession: StatementSync
-  readonly setLastSeq: StatementSync
   readonly lastSeq: StatementSync
   readonly session: StatementSync
   readonly sessionById: StatementSync
@@ -107,10 +106,9 @@ class HotStatements {
       total_tokens = total_tokens + ? WHERE id = ?`)
     this.setSessionStatus = db.prepare('UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?')
     this.touchSession = db.prepare('UPDATE sessions SET updated_at = ? WHERE id = ?')
-    this.setLastSeq = db.prepare('UPDATE sessions SET last_seq = ? WHERE id = ?')
-    this.lastSeq = db.prepare('SELECT last_seq FROM sessions WHERE id = ?')
-    this.session = db.prepare('SELECT * FROM sessions WHERE id = ? AND tenant = ?')
-    this.sessionById = db.prepare('SELECT * FROM sessions WHERE id = ?')
+    this.lastSeq = db.prepare(`SELECT ${LAST_SEQ} AS last_seq FROM sessions s WHERE id = ?`)
+    this.session = db.prepare(`${SELECT_SESSION} WHERE id = ? AND tenant = ?`)
+    this.sessionById = db.prepare(`${SELECT_SESSION} WHERE id = ?`)
     this.countSessions = db.prepare('SELECT sessions FROM tenant_stats WHERE tenant = ?')
     this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq')
     this.messages = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos')
@@ -160,14 +158,15 @@ export class SqliteStore implements Store {
   #pending: PendingWrite[] = []
   #flushScheduled = false
   /**
-   * The newest seq of each session this process has appended to. The exclusive lock makes this
-   * process the file's only writer, so the sessions row need not be read per event; it is
-   * written once per session per commit (#flush).
+   * The newest seq of each session this process has appended to (in the current transaction
+   * too). A session's newest seq is not a column: it is its newest event's, found through the
+   * events' primary key (LAST_SEQ), so a transaction writes no sessions row for its events. The
+   * exclusive lock makes this process the file's only writer, so that key is read once per
+   * session, not per event.
    */
   readonly #lastSeq = new Map<string, number>()
-  readonly #seqToStore = new Map<string, number>()
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
-  #seqUndo: Array<{ sessionId: string; last: number | undefined; toStore: number | undefined }> | null = null
+  #seqUndo: Array<{ sessionId: string; last: number | undefined }> | null = null
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
@@ -296,8 +295,6 @@ export class SqliteStore implements Store {
         this.#seqUndo = null
       }
     }
-    for (const [sessionId, seq] of this.#seqToStore) hot.setLastSeq.run(seq, sessionId)
-    this.#seqToStore.clear()
     hot.commit.run()
     // Bounded: past this many sessions the cache starts over (each reloads on its next event).
     if (this.#lastSeq.size > 10_000) this.#lastSeq.clear()
@@ -307,24 +304,20 @@ export class SqliteStore implements Store {
   /** Drops the cached seqs (a transaction was rolled back): each session reloads its own from the file. */
   #forgetSeqs(): void {
     this.#lastSeq.clear()
-    this.#seqToStore.clear()
   }
 
   /** Puts back the seqs of a rolled-back write, newest change first. */
   #undoSeqs(): void {
-    for (const { sessionId, last, toStore } of (this.#seqUndo ?? []).reverse()) {
+    for (const { sessionId, last } of (this.#seqUndo ?? []).reverse()) {
       if (last === undefined) this.#lastSeq.delete(sessionId)
       else this.#lastSeq.set(sessionId, last)
-      if (toStore === undefined) this.#seqToStore.delete(sessionId)
-      else this.#seqToStore.set(sessionId, toStore)
     }
   }
 
-  /** Moves the session's newest seq (committed with the batch), remembering the old one while a savepoint may undo it. */
+  /** Moves the session's newest seq, remembering the old one while a savepoint may undo it. */
   #setSeq(sessionId: string, seq: number): void {
-    this.#seqUndo?.push({ sessionId, last: this.#lastSeq.get(sessionId), toStore: this.#seqToStore.get(sessionId) })
+    this.#seqUndo?.push({ sessionId, last: this.#lastSeq.get(sessionId) })
     this.#lastSeq.set(sessionId, seq)
-    this.#seqToStore.set(sessionId, seq)
   }
 
   /** A one-statement write; its parameters are taken now, so a caller may change its objects right after. */
@@ -494,11 +487,11 @@ export class SqliteStore implements Store {
   }
 
   async createSession(s: SessionRecord): Promise<void> {
-    const params = sessionParams(s)
+    const params = sessionParams(s, false)
     return this.#write(() => {
       this.#hot.insertSession.run(...params)
-      // Its first event then needs no read of the row.
-      this.#lastSeq.set(s.id, s.lastSeq)
+      // A new session has no events: its first one then needs no read.
+      this.#setSeq(s.id, 0)
     })
   }
 
@@ -514,8 +507,8 @@ export class SqliteStore implements Store {
 
   async listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]> {
     const rows = options.before
-      ? this.#stmt('SELECT * FROM sessions WHERE tenant = ? AND id < ? ORDER BY id DESC LIMIT ?').all(tenant, options.before, options.limit)
-      : this.#stmt('SELECT * FROM sessions WHERE tenant = ? ORDER BY id DESC LIMIT ?').all(tenant, options.limit)
+      ? this.#stmt(`${SELECT_SESSION} WHERE tenant = ? AND id < ? ORDER BY id DESC LIMIT ?`).all(tenant, options.before, options.limit)
+      : this.#stmt(`${SELECT_SESSION} WHERE tenant = ? ORDER BY id DESC LIMIT ?`).all(tenant, options.limit)
     return (rows as Row[]).map(toSession)
   }
 
@@ -529,7 +522,6 @@ export class SqliteStore implements Store {
       const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
       if (Number(result.changes) === 0) return false
       this.#lastSeq.delete(id)
-      this.#seqToStore.delete(id)
       return true
     })
   }
@@ -581,9 +573,11 @@ export class SqliteStore implements Store {
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.#write(() => {
-      const at = this.#forkPoint(sourceId, atSeq)
+      // Not past the source's newest event: the fork's newest seq is its newest copied event's.
+      const at = Math.min(this.#forkPoint(sourceId, atSeq), this.#currentSeq(sourceId) ?? 0)
       const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
-      this.#stmt(INSERT_SESSION).run(...sessionParams(fork))
+      this.#hot.insertSession.run(...sessionParams(fork, false))
+      this.#setSeq(fork.id, at)
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         SELECT ?, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = ? AND seq <= ?`)
         .run(fork.id, sourceId, at)
@@ -682,8 +676,16 @@ export class SqliteStore implements Store {
 }
 
 const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    approval, limits, metadata, input_tokens, output_tokens, total_tokens, forked_from)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+/** A session's newest seq (0 before its first event), for a query on `sessions s`: one descent of the events' primary key. */
+const LAST_SEQ = 'coalesce((SELECT max(seq) FROM events WHERE session_id = s.id), 0)'
+
+/** A session row as toSession reads it, last_seq included; WHERE … follows. */
+const SELECT_SESSION = `SELECT id, tenant, created_at, updated_at, status, model, instructions, tools, approval, limits, metadata,
+    ${LAST_SEQ} AS last_seq, input_tokens, output_tokens, total_tokens, forked_from
+  FROM sessions s`
 
 const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
     replaces_messages)
