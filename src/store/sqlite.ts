@@ -28,16 +28,16 @@ interface PendingWrite {
  * per EVENT_ROWS of them. `records` are what the unit resolves with (each gets its seq when it
  * is stored); `data` holds each event's JSON, taken when the unit was handed over.
  */
-interface EventRun {
+interface EventGroup {
   sessionId: string
   records: EventRecord[]
   data: string[]
 }
 
 /** One write of a unit of work, its parameters taken when the unit was handed over. */
-type Step = EventRun | (() => void)
+type Step = EventGroup | (() => void)
 
-/** Rows of the largest multi-row INSERT of events (8 parameters a row); a longer run of events takes several. */
+/** Rows of the largest multi-row INSERT of events (8 parameters a row); a longer group takes several. */
 const EVENT_ROWS = 32
 
 /** Thrown when the store was used after close(); the routes turn it into 503 UNAVAILABLE. */
@@ -216,8 +216,8 @@ export class SqliteStore implements Store {
   /**
    * Queues a write. Every write queued in one turn of the event loop is committed in one
    * transaction (group commit): a commit costs far more than a statement, and a busy service
-   * queues dozens of writes per turn. Each write runs in its own savepoint, so one that fails
-   * is rolled back alone; its promise resolves only once the transaction has committed.
+   * queues dozens of writes per turn. A write that fails is rolled back alone (#flush); its
+   * promise, like every other, settles only once the transaction has committed.
    * Writes take their parameters when they are queued, never later.
    */
   #write<T>(work: () => T, atomic = false): Promise<T> {
@@ -381,13 +381,13 @@ export class SqliteStore implements Store {
       }
       events.push(record)
       const previous = steps[steps.length - 1]
-      let run = typeof previous === 'object' && previous.sessionId === e.sessionId ? previous : undefined
-      if (!run) {
-        run = { sessionId: e.sessionId, records: [], data: [] }
-        steps.push(run)
+      let group = typeof previous === 'object' && previous.sessionId === e.sessionId ? previous : undefined
+      if (!group) {
+        group = { sessionId: e.sessionId, records: [], data: [] }
+        steps.push(group)
       }
-      run.records.push(record)
-      run.data.push(JSON.stringify(e.data))
+      group.records.push(record)
+      group.data.push(JSON.stringify(e.data))
     }
     return this.#write(() => {
       try {
@@ -404,8 +404,8 @@ export class SqliteStore implements Store {
     }, writes.length > 1)
   }
 
-  /** Stores a run of one session's events under its next seqs, EVENT_ROWS rows a statement. */
-  #insertEvents({ sessionId, records, data }: EventRun): void {
+  /** Stores a group of one session's events under its next seqs, EVENT_ROWS rows a statement. */
+  #insertEvents({ sessionId, records, data }: EventGroup): void {
     const last = this.#currentSeq(sessionId)
     if (last === undefined) throw new SessionGoneError(sessionId)
     let seq = last
