@@ -26,8 +26,9 @@ const COUNTED_RUNS = 100
  * path drives a store on a file of its own (WAL, synchronous=NORMAL) with the calls agentd makes
  * for one run of the throughput bench (new session, one fs_list call, a CHUNKS-chunk answer:
  * 32 events), in agentd's order and units of work, CONCURRENT runs at once and one at a time:
- * - node:sqlite floor: the same rows written with plain prepared INSERTs and UPDATEs, and the
- *   same reads, one transaction per event-loop turn; no seq bookkeeping, no row mapping.
+ * - node:sqlite floor: the same rows written with plain prepared INSERTs and UPDATEs (one a row),
+ *   and the same reads, one transaction per event-loop turn, on the current schema; no seq
+ *   bookkeeping, no row mapping.
  * - SqliteStore: src/store/sqlite.ts.
  * - BENCH_STORE_BASELINE=<path of another sqlite.ts> adds that store (say, a copy of an older
  *   commit's tree), measured in the same run.
@@ -156,7 +157,7 @@ async function floorPath(file: string): Promise<Path> {
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
     insertRun: d.prepare(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
       started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-    runStatus: d.prepare('UPDATE runs SET status = ?, started_at = ?, ended_at = ? WHERE id = ?'),
+    runStatus: d.prepare('UPDATE runs SET status = ?, started_at = coalesce(?, started_at), ended_at = coalesce(?, ended_at) WHERE id = ?'),
     runSteps: d.prepare('UPDATE runs SET steps = ?, usage = ? WHERE id = ?'),
     sessionStatus: d.prepare('UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?'),
     usage: d.prepare('UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, total_tokens = total_tokens + ? WHERE id = ?'),
