@@ -38,13 +38,14 @@ const COUNTED_RUNS = 100
  */
 export async function run(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-store-'))
-  const paths: Path[] = [await floorPath(join(dir, 'floor.db')), await storePath('SqliteStore', join(dir, 'store.db'), SqliteStore)]
-  const baseline = process.env['BENCH_STORE_BASELINE']
-  if (baseline) {
-    const module = (await import(pathToFileURL(resolve(baseline)).href)) as { SqliteStore: StoreClass }
-    paths.push(await storePath(`SqliteStore (${baseline})`, join(dir, 'baseline.db'), module.SqliteStore))
-  }
+  const paths: Path[] = []
   try {
+    paths.push(await floorPath(join(dir, 'floor.db')), await storePath('SqliteStore', join(dir, 'store.db'), SqliteStore))
+    const baseline = process.env['BENCH_STORE_BASELINE']
+    if (baseline) {
+      const module = (await import(pathToFileURL(resolve(baseline)).href)) as { SqliteStore: StoreClass }
+      paths.push(await storePath(`SqliteStore (${baseline})`, join(dir, 'baseline.db'), module.SqliteStore))
+    }
     for (const concurrency of [CONCURRENT, 1]) {
       const runs = RUNS[concurrency] as number
       const counts = paths.map(() => ({ statements: 0, transactions: 0 }))
