@@ -1,6 +1,7 @@
 /**
- * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|frames|streams|all>`. They print figures; they
- * are never tests. Each starts its own model and agentd processes on 127.0.0.1, stops by itself
+ * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|store|frames|streams|all>`.
+ * They print figures; they are never tests. Each starts its own model and agentd processes on
+ * 127.0.0.1 (store drives the SQLite store in its own process, with no HTTP), stops by itself
  * after a fixed amount of work (and a time limit), and leaves nothing running.
  * BENCH_CPU_PROF=1 also profiles agentd (node --cpu-prof) and prints where its time went;
  * BENCH_CPU_PROF_KEEP=<folder> keeps the raw profiles there; BENCH_ELU=1 prints agentd's
@@ -15,6 +16,7 @@ const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
   latency: () => import('./latency.ts'),
   throughput: () => import('./throughput.ts'),
   model: () => import('./model-stream.ts'),
+  store: () => import('./store.ts'),
   frames: () => import('./frame-cost.ts'),
   streams: () => import('./idle-streams.ts')
 }

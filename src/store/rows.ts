@@ -9,11 +9,14 @@ export type Row = Record<string, unknown>
 export const json = (value: unknown): string | null => (value === undefined ? null : JSON.stringify(value))
 export const parse = <T>(text: unknown): T => (text === null || text === undefined ? (null as T) : (JSON.parse(String(text)) as T))
 
-/** A session as the parameters of INSERT_SESSION. */
-export function sessionParams(s: SessionRecord): Array<string | number | null> {
+/**
+ * A session as the parameters of INSERT_SESSION; without last_seq (`withLastSeq` false) for the
+ * SQLite store, which finds a session's newest seq from its events instead of keeping a column.
+ */
+export function sessionParams(s: SessionRecord, withLastSeq = true): Array<string | number | null> {
   return [
     s.id, s.tenant, s.createdAt, s.updatedAt, s.status, s.model, s.instructions, json(s.tools),
-    json(s.approval), json(s.limits), json(s.metadata), s.lastSeq, s.usage.inputTokens, s.usage.outputTokens,
+    json(s.approval), json(s.limits), json(s.metadata), ...(withLastSeq ? [s.lastSeq] : []), s.usage.inputTokens, s.usage.outputTokens,
     s.usage.totalTokens, json(s.forkedFrom)
   ]
 }

@@ -135,5 +135,12 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
     name: 'summary messages',
     // A summary message stands for the first N messages of its session when the model is called (SPEC 12).
     sql: 'ALTER TABLE messages ADD COLUMN replaces_messages INTEGER;'
+  },
+  {
+    version: 5,
+    name: 'newest seq from the events',
+    // A session's newest seq is its newest event's (the events' primary key finds it in one
+    // descent): keeping it in the sessions row wrote that row in every transaction with events.
+    sql: 'ALTER TABLE sessions DROP COLUMN last_seq;'
   }
 ]

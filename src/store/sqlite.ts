@@ -12,16 +12,33 @@ import type {
 
 type Param = string | number | null
 
-type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown }
-
 interface PendingWrite {
   work: () => unknown
   /** Runs in a savepoint: a write of several statements that must fail as a whole. */
   atomic: boolean
   resolve: (value: unknown) => void
   reject: (reason: unknown) => void
+  /** What work() returned, or threw (failed), in the batch's latest attempt. */
+  value: unknown
+  failed: boolean
 }
 
+/**
+ * Events of one session that follow each other in a unit of work: inserted with one statement
+ * per EVENT_ROWS of them. `records` are what the unit resolves with (each gets its seq when it
+ * is stored); `data` holds each event's JSON, taken when the unit was handed over.
+ */
+interface EventGroup {
+  sessionId: string
+  records: EventRecord[]
+  data: string[]
+}
+
+/** One write of a unit of work, its parameters taken when the unit was handed over. */
+type Step = EventGroup | (() => void)
+
+/** Rows of the largest multi-row INSERT of events (8 parameters a row); a longer group takes several. */
+const EVENT_ROWS = 32
 
 /** Thrown when the store was used after close(); the routes turn it into 503 UNAVAILABLE. */
 export class StoreClosedError extends Error {
@@ -40,6 +57,87 @@ export class StoreLockedError extends Error {
 }
 
 /**
+ * The statements of a run's hot path, prepared together on first use (after migrate) and kept
+ * in fields: looking one up costs nothing, where a Map keyed by the SQL text hashes the text.
+ */
+class HotStatements {
+  readonly begin: StatementSync
+  readonly commit: StatementSync
+  readonly rollback: StatementSync
+  readonly savepoint: StatementSync
+  readonly release: StatementSync
+  readonly rollbackTo: StatementSync
+  readonly insertSession: StatementSync
+  readonly insertMessage: StatementSync
+  readonly insertRun: StatementSync
+  readonly upsertToolCall: StatementSync
+  readonly addUsage: StatementSync
+  readonly setSessionStatus: StatementSync
+  readonly touchSession: StatementSync
+  readonly lastSeq: StatementSync
+  readonly session: StatementSync
+  readonly sessionById: StatementSync
+  readonly countSessions: StatementSync
+  readonly eventsAfter: StatementSync
+  readonly messages: StatementSync
+  /** INSERT of n events at index n - 1, prepared when a unit first needs that many. */
+  readonly insertEvents: Array<StatementSync | undefined> = []
+  /** UPDATE of a run, by the set of fields its patch changes (a bit per RUN_FIELDS entry). */
+  readonly updateRun: Array<StatementSync | undefined> = []
+  readonly #db: DatabaseSync
+
+  constructor(db: DatabaseSync) {
+    this.#db = db
+    this.begin = db.prepare('BEGIN IMMEDIATE')
+    this.commit = db.prepare('COMMIT')
+    this.rollback = db.prepare('ROLLBACK')
+    this.savepoint = db.prepare('SAVEPOINT write')
+    this.release = db.prepare('RELEASE write')
+    this.rollbackTo = db.prepare('ROLLBACK TO write')
+    this.insertSession = db.prepare(INSERT_SESSION)
+    this.insertMessage = db.prepare(INSERT_MESSAGE)
+    this.insertRun = db.prepare(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
+      started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+    this.upsertToolCall = db.prepare(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
+        duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+      ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
+        duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`)
+    this.addUsage = db.prepare(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
+      total_tokens = total_tokens + ? WHERE id = ?`)
+    this.setSessionStatus = db.prepare('UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?')
+    this.touchSession = db.prepare('UPDATE sessions SET updated_at = ? WHERE id = ?')
+    this.lastSeq = db.prepare(`SELECT ${LAST_SEQ} AS last_seq FROM sessions s WHERE id = ?`)
+    this.session = db.prepare(`${SELECT_SESSION} WHERE id = ? AND tenant = ?`)
+    this.sessionById = db.prepare(`${SELECT_SESSION} WHERE id = ?`)
+    this.countSessions = db.prepare('SELECT sessions FROM tenant_stats WHERE tenant = ?')
+    this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq')
+    this.messages = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos')
+  }
+
+  /** The INSERT of `rows` events (1 to EVENT_ROWS). */
+  insertEventRows(rows: number): StatementSync {
+    let statement = this.insertEvents[rows - 1]
+    if (!statement) {
+      const values = Array.from({ length: rows }, () => '(?, ?, ?, ?, ?, ?, ?, ?)').join(', ')
+      statement = this.#db.prepare(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data) VALUES ${values}`)
+      this.insertEvents[rows - 1] = statement
+    }
+    return statement
+  }
+
+  /** The UPDATE of the run fields whose bits are set in `fields` (never 0). */
+  updateRunFields(fields: number): StatementSync {
+    let statement = this.updateRun[fields]
+    if (!statement) {
+      const sets = RUN_FIELDS.filter((_, i) => fields & (1 << i)).map(([, column]) => `${column} = ?`)
+      statement = this.#db.prepare(`UPDATE runs SET ${sets.join(', ')} WHERE id = ?`)
+      this.updateRun[fields] = statement
+    }
+    return statement
+  }
+}
+
+/**
  * The embedded store on node:sqlite (no native build). node:sqlite is synchronous; each method
  * does a few microseconds of work, in WAL mode with synchronous=NORMAL, which survives a process
  * crash (kill -9) without losing a committed transaction.
@@ -52,20 +150,23 @@ export class StoreLockedError extends Error {
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
   readonly #db: DatabaseSync
+  /** Statements off the hot path, by their SQL. */
   readonly #statements = new Map<string, StatementSync>()
+  #hotStatements: HotStatements | null = null
   #closed = false
   /** Writes waiting for the next group commit. */
   #pending: PendingWrite[] = []
   #flushScheduled = false
   /**
-   * The newest seq of each session this process has appended to. The exclusive lock makes this
-   * process the file's only writer, so the sessions row need not be read per event; it is
-   * written once per session per commit (#flush).
+   * The newest seq of each session this process has appended to (in the current transaction
+   * too). A session's newest seq is not a column: it is its newest event's, found through the
+   * events' primary key (LAST_SEQ), so a transaction writes no sessions row for its events. The
+   * exclusive lock makes this process the file's only writer, so that key is read once per
+   * session, not per event.
    */
   readonly #lastSeq = new Map<string, number>()
-  readonly #seqToStore = new Map<string, number>()
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
-  #seqUndo: Array<{ sessionId: string; last: number | undefined; toStore: number | undefined }> | null = null
+  #seqUndo: Array<{ sessionId: string; last: number | undefined }> | null = null
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
@@ -93,6 +194,12 @@ export class SqliteStore implements Store {
     return statement
   }
 
+  /** The hot path's statements (prepared on first use, which comes after migrate). */
+  get #hot(): HotStatements {
+    if (this.#closed) throw new StoreClosedError()
+    return (this.#hotStatements ??= new HotStatements(this.#db))
+  }
+
   #transaction<T>(work: () => T): T {
     if (this.#closed) throw new StoreClosedError()
     this.#db.exec('BEGIN IMMEDIATE')
@@ -109,14 +216,14 @@ export class SqliteStore implements Store {
   /**
    * Queues a write. Every write queued in one turn of the event loop is committed in one
    * transaction (group commit): a commit costs far more than a statement, and a busy service
-   * queues dozens of writes per turn. Each write runs in its own savepoint, so one that fails
-   * is rolled back alone; its promise resolves only once the transaction has committed.
+   * queues dozens of writes per turn. A write that fails is rolled back alone (#flush); its
+   * promise, like every other, settles only once the transaction has committed.
    * Writes take their parameters when they are queued, never later.
    */
-  #write<T>(work: () => T, options: { atomic?: boolean } = {}): Promise<T> {
+  #write<T>(work: () => T, atomic = false): Promise<T> {
     if (this.#closed) return Promise.reject(new StoreClosedError())
     return new Promise<T>((resolve, reject) => {
-      this.#pending.push({ work, atomic: options.atomic ?? false, resolve: resolve as (value: unknown) => void, reject })
+      this.#pending.push({ work, atomic, resolve: resolve as (value: unknown) => void, reject, value: undefined, failed: false })
       if (!this.#flushScheduled) {
         this.#flushScheduled = true
         setImmediate(() => this.#flush())
@@ -133,12 +240,11 @@ export class SqliteStore implements Store {
       for (const write of batch) write.reject(new StoreClosedError())
       return
     }
-    let outcomes: Outcome[]
     try {
       // Nearly every batch succeeds whole, so it runs first without savepoints (two statements
       // less per unit of work). When a unit of several statements fails part-way, the batch is
       // rolled back and run again with a savepoint around each unit, so only that one fails.
-      outcomes = this.#applyBatch(batch, false) ?? (this.#applyBatch(batch, true) as Outcome[])
+      if (!this.#applyBatch(batch, false)) this.#applyBatch(batch, true)
     } catch (err) {
       // BEGIN or COMMIT failed (disk full, I/O error): nothing of the batch was committed.
       if (this.#db.isTransaction) this.#db.exec('ROLLBACK')
@@ -146,70 +252,72 @@ export class SqliteStore implements Store {
       for (const write of batch) write.reject(err)
       return
     }
-    batch.forEach((write, i) => {
-      const outcome = outcomes[i]
-      if (outcome?.ok) write.resolve(outcome.value)
-      else write.reject(outcome?.error)
-    })
+    for (const write of batch) {
+      if (write.failed) write.reject(write.value)
+      else write.resolve(write.value)
+    }
   }
 
   /**
-   * Runs a batch in one transaction and commits it. Without savepoints, a unit of several
-   * statements that fails rolls the whole transaction back and answers null (run it again with
-   * savepoints); with them, each such unit is undone alone and the rest commits.
+   * Runs a batch in one transaction and commits it; each write's outcome is left on it. Without
+   * savepoints, a unit of several statements that fails rolls the whole transaction back and
+   * answers false (run it again with savepoints); with them, each such unit is undone alone and
+   * the rest commits.
    */
-  #applyBatch(batch: PendingWrite[], withSavepoints: boolean): Outcome[] | null {
-    const outcomes: Outcome[] = []
-    this.#stmt('BEGIN IMMEDIATE').run()
+  #applyBatch(batch: PendingWrite[], withSavepoints: boolean): boolean {
+    const hot = this.#hot
+    hot.begin.run()
     for (const write of batch) {
       const savepoint = withSavepoints && write.atomic
       if (savepoint) {
-        this.#stmt('SAVEPOINT write').run()
+        hot.savepoint.run()
         this.#seqUndo = []
       }
       try {
-        outcomes.push({ ok: true, value: write.work() })
-        if (savepoint) this.#stmt('RELEASE write').run()
+        write.value = write.work()
+        write.failed = false
+        if (savepoint) hot.release.run()
       } catch (error) {
         if (write.atomic && !withSavepoints) {
-          this.#stmt('ROLLBACK').run()
+          hot.rollback.run()
           this.#forgetSeqs()
-          return null
+          return false
         }
         if (savepoint) {
-          this.#stmt('ROLLBACK TO write').run()
-          this.#stmt('RELEASE write').run()
+          hot.rollbackTo.run()
+          hot.release.run()
           this.#undoSeqs()
         }
         // A single statement that fails is undone by SQLite alone.
-        outcomes.push({ ok: false, error })
+        write.value = error
+        write.failed = true
       } finally {
         this.#seqUndo = null
       }
     }
-    const setSeq = this.#stmt('UPDATE sessions SET last_seq = ? WHERE id = ?')
-    for (const [sessionId, seq] of this.#seqToStore) setSeq.run(seq, sessionId)
-    this.#seqToStore.clear()
-    this.#stmt('COMMIT').run()
+    hot.commit.run()
     // Bounded: past this many sessions the cache starts over (each reloads on its next event).
     if (this.#lastSeq.size > 10_000) this.#lastSeq.clear()
-    return outcomes
+    return true
   }
 
   /** Drops the cached seqs (a transaction was rolled back): each session reloads its own from the file. */
   #forgetSeqs(): void {
     this.#lastSeq.clear()
-    this.#seqToStore.clear()
   }
 
   /** Puts back the seqs of a rolled-back write, newest change first. */
   #undoSeqs(): void {
-    for (const { sessionId, last, toStore } of (this.#seqUndo ?? []).reverse()) {
+    for (const { sessionId, last } of (this.#seqUndo ?? []).reverse()) {
       if (last === undefined) this.#lastSeq.delete(sessionId)
       else this.#lastSeq.set(sessionId, last)
-      if (toStore === undefined) this.#seqToStore.delete(sessionId)
-      else this.#seqToStore.set(sessionId, toStore)
     }
+  }
+
+  /** Moves the session's newest seq, remembering the old one while a savepoint may undo it. */
+  #setSeq(sessionId: string, seq: number): void {
+    this.#seqUndo?.push({ sessionId, last: this.#lastSeq.get(sessionId) })
+    this.#lastSeq.set(sessionId, seq)
   }
 
   /** A one-statement write; its parameters are taken now, so a caller may change its objects right after. */
@@ -254,18 +362,38 @@ export class SqliteStore implements Store {
     this.#flush()
     this.#closed = true
     this.#statements.clear()
+    this.#hotStatements = null
     this.#db.close()
   }
 
   async commit(writes: readonly StoreWrite[]): Promise<EventRecord[]> {
     // Parameters are taken now (JSON included), so the caller may change its objects right after.
-    const statements = writes.map((write) => this.#prepareWrite(write))
+    const steps: Step[] = []
+    const events: EventRecord[] = []
+    for (const write of writes) {
+      if (write.type !== 'event') {
+        steps.push(this.#prepareWrite(write))
+        continue
+      }
+      const e = write.event
+      const record: EventRecord = {
+        seq: 0, sessionId: e.sessionId, runId: e.runId, channel: e.channel, type: e.type, at: e.at, requestId: e.requestId, data: e.data
+      }
+      events.push(record)
+      const previous = steps[steps.length - 1]
+      let group = typeof previous === 'object' && previous.sessionId === e.sessionId ? previous : undefined
+      if (!group) {
+        group = { sessionId: e.sessionId, records: [], data: [] }
+        steps.push(group)
+      }
+      group.records.push(record)
+      group.data.push(JSON.stringify(e.data))
+    }
     return this.#write(() => {
-      const events: EventRecord[] = []
       try {
-        for (const apply of statements) {
-          const event = apply()
-          if (event) events.push(event)
+        for (const step of steps) {
+          if (typeof step === 'function') step()
+          else this.#insertEvents(step)
         }
       } catch (err) {
         // Every foreign key of these tables points at the session: it was deleted meanwhile.
@@ -273,35 +401,46 @@ export class SqliteStore implements Store {
         throw err
       }
       return events
-    }, { atomic: writes.length > 1 })
+    }, writes.length > 1)
   }
 
-  /** One write of a unit of work as a closure over its parameters; an event returns its stored record. */
-  #prepareWrite(write: StoreWrite): () => EventRecord | void {
-    switch (write.type) {
-      case 'event': {
-        const { event } = write
-        const data = JSON.stringify(event.data)
-        return () => {
-          const last = this.#currentSeq(event.sessionId)
-          if (last === undefined) throw new SessionGoneError(event.sessionId)
-          const seq = last + 1
-          this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(event.sessionId, seq, event.runId, event.channel, event.type, event.at, event.requestId, data)
-          this.#seqUndo?.push({ sessionId: event.sessionId, last: this.#lastSeq.get(event.sessionId), toStore: this.#seqToStore.get(event.sessionId) })
-          this.#lastSeq.set(event.sessionId, seq)
-          this.#seqToStore.set(event.sessionId, seq)
-          return { ...event, seq }
-        }
+  /** Stores a group of one session's events under its next seqs, EVENT_ROWS rows a statement. */
+  #insertEvents({ sessionId, records, data }: EventGroup): void {
+    const last = this.#currentSeq(sessionId)
+    if (last === undefined) throw new SessionGoneError(sessionId)
+    let seq = last
+    for (let start = 0; start < records.length; start += EVENT_ROWS) {
+      const rows = Math.min(EVENT_ROWS, records.length - start)
+      const params: Param[] = new Array(rows * 8)
+      for (let i = 0, p = 0; i < rows; i++, p += 8) {
+        const record = records[start + i] as EventRecord
+        record.seq = ++seq
+        params[p] = sessionId
+        params[p + 1] = seq
+        params[p + 2] = record.runId
+        params[p + 3] = record.channel
+        params[p + 4] = record.type
+        params[p + 5] = record.at
+        params[p + 6] = record.requestId
+        params[p + 7] = data[start + i] as string
       }
+      this.#hot.insertEventRows(rows).run(...params)
+    }
+    this.#setSeq(sessionId, seq)
+  }
+
+  /** A write of a unit of work other than an event, as a closure over its parameters. */
+  #prepareWrite(write: Exclude<StoreWrite, { type: 'event' }>): () => void {
+    switch (write.type) {
       case 'message': {
-        const m = write.message
-        const toolCalls = json(m.toolCalls)
+        const { id, sessionId, runId, role, content, createdAt } = write.message
+        const toolCalls = json(write.message.toolCalls)
+        const toolCallId = write.message.toolCallId ?? null
+        const replaces = write.message.replacesMessages ?? null
         return () => {
           // at_seq: the session's newest event when the message was stored, which places it for fork.
-          const atSeq = this.#currentSeq(m.sessionId) ?? 0
-          this.#stmt(INSERT_MESSAGE).run(m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt,
-            m.replacesMessages ?? null)
+          const atSeq = this.#currentSeq(sessionId) ?? 0
+          this.#hot.insertMessage.run(id, sessionId, runId, role, content, toolCalls, toolCallId, atSeq, createdAt, replaces)
         }
       }
       case 'newRun': {
@@ -310,33 +449,29 @@ export class SqliteStore implements Store {
           r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt
         ]
         return () => {
-          this.#stmt(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
-            started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(...params)
+          this.#hot.insertRun.run(...params)
         }
       }
       case 'run': {
-        const { sql, params } = runUpdate(write.id, write.patch)
+        const { fields, params } = runUpdate(write.id, write.patch)
         return () => {
-          if (sql) this.#stmt(sql).run(...params)
+          if (fields !== 0) this.#hot.updateRunFields(fields).run(...params)
         }
       }
       case 'session': {
         const { patch, id } = write
-        const sets: string[] = []
-        const values: Param[] = []
-        if (patch.status !== undefined) { sets.push('status = ?'); values.push(patch.status) }
-        sets.push('updated_at = ?')
-        values.push(patch.updatedAt ?? new Date().toISOString())
-        const sql = `UPDATE sessions SET ${sets.join(', ')} WHERE id = ?`
+        const status = patch.status
+        const updatedAt = patch.updatedAt ?? new Date().toISOString()
         return () => {
-          this.#stmt(sql).run(...values, id)
+          if (status === undefined) this.#hot.touchSession.run(updatedAt, id)
+          else this.#hot.setSessionStatus.run(status, updatedAt, id)
         }
       }
       case 'usage': {
         const { usage, sessionId } = write
+        const { inputTokens, outputTokens, totalTokens } = usage
         return () => {
-          this.#stmt(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-            total_tokens = total_tokens + ? WHERE id = ?`).run(usage.inputTokens, usage.outputTokens, usage.totalTokens, sessionId)
+          this.#hot.addUsage.run(inputTokens, outputTokens, totalTokens, sessionId)
         }
       }
       case 'toolCall': {
@@ -345,38 +480,40 @@ export class SqliteStore implements Store {
           c.id, c.sessionId, c.runId, c.step, c.name, json(c.input), c.state, c.startedAt, c.endedAt, c.durationMs, json(c.result), json(c.error)
         ]
         return () => {
-          this.#stmt(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
-              duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
-              duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`).run(...params)
+          this.#hot.upsertToolCall.run(...params)
         }
       }
     }
   }
 
   async createSession(s: SessionRecord): Promise<void> {
-    return this.#run(INSERT_SESSION, sessionParams(s))
+    const params = sessionParams(s, false)
+    return this.#write(() => {
+      this.#hot.insertSession.run(...params)
+      // A new session has no events: its first one then needs no read.
+      this.#setSeq(s.id, 0)
+    })
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
-    const row = this.#stmt('SELECT * FROM sessions WHERE id = ? AND tenant = ?').get(id, tenant) as Row | undefined
+    const row = this.#hot.session.get(id, tenant) as Row | undefined
     return row ? toSession(row) : null
   }
 
   async getSessionById(id: string): Promise<SessionRecord | null> {
-    const row = this.#stmt('SELECT * FROM sessions WHERE id = ?').get(id) as Row | undefined
+    const row = this.#hot.sessionById.get(id) as Row | undefined
     return row ? toSession(row) : null
   }
 
   async listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]> {
     const rows = options.before
-      ? this.#stmt('SELECT * FROM sessions WHERE tenant = ? AND id < ? ORDER BY id DESC LIMIT ?').all(tenant, options.before, options.limit)
-      : this.#stmt('SELECT * FROM sessions WHERE tenant = ? ORDER BY id DESC LIMIT ?').all(tenant, options.limit)
+      ? this.#stmt(`${SELECT_SESSION} WHERE tenant = ? AND id < ? ORDER BY id DESC LIMIT ?`).all(tenant, options.before, options.limit)
+      : this.#stmt(`${SELECT_SESSION} WHERE tenant = ? ORDER BY id DESC LIMIT ?`).all(tenant, options.limit)
     return (rows as Row[]).map(toSession)
   }
 
   async countSessions(tenant: string): Promise<number> {
-    const row = this.#stmt('SELECT sessions FROM tenant_stats WHERE tenant = ?').get(tenant) as Row | undefined
+    const row = this.#hot.countSessions.get(tenant) as Row | undefined
     return row ? Number(row.sessions) : 0
   }
 
@@ -385,7 +522,6 @@ export class SqliteStore implements Store {
       const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
       if (Number(result.changes) === 0) return false
       this.#lastSeq.delete(id)
-      this.#seqToStore.delete(id)
       return true
     })
   }
@@ -394,11 +530,15 @@ export class SqliteStore implements Store {
   #currentSeq(sessionId: string): number | undefined {
     const cached = this.#lastSeq.get(sessionId)
     if (cached !== undefined) return cached
-    const row = this.#stmt('SELECT last_seq FROM sessions WHERE id = ?').get(sessionId) as Row | undefined
+    const row = this.#hot.lastSeq.get(sessionId) as Row | undefined
     return row ? Number(row.last_seq) : undefined
   }
 
   async listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]> {
+    // The common query (a replay from a point: the POST stream's, a reconnect's) has a statement of its own.
+    if (query.untilSeq === undefined && !query.channels?.length && !query.types?.length && query.limit === undefined) {
+      return (this.#hot.eventsAfter.all(sessionId, query.after) as Row[]).map(toEvent)
+    }
     const where = ['session_id = ?', 'seq > ?']
     const values: Array<string | number> = [sessionId, query.after]
     if (query.untilSeq !== undefined) { where.push('seq <= ?'); values.push(query.untilSeq) }
@@ -416,7 +556,7 @@ export class SqliteStore implements Store {
   }
 
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
-    const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? ORDER BY pos').all(sessionId) as Row[]
+    const rows = this.#hot.messages.all(sessionId) as Row[]
     return rows.map(toMessage)
   }
 
@@ -433,9 +573,11 @@ export class SqliteStore implements Store {
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.#write(() => {
-      const at = this.#forkPoint(sourceId, atSeq)
+      // Not past the source's newest event: the fork's newest seq is its newest copied event's.
+      const at = Math.min(this.#forkPoint(sourceId, atSeq), this.#currentSeq(sourceId) ?? 0)
       const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
-      this.#stmt(INSERT_SESSION).run(...sessionParams(fork))
+      this.#hot.insertSession.run(...sessionParams(fork, false))
+      this.#setSeq(fork.id, at)
       this.#stmt(`INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
         SELECT ?, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = ? AND seq <= ?`)
         .run(fork.id, sourceId, at)
@@ -450,7 +592,7 @@ export class SqliteStore implements Store {
         insert.run(seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString(), null)
       }
       return fork
-    }, { atomic: true })
+    }, true)
   }
 
   /**
@@ -534,26 +676,37 @@ export class SqliteStore implements Store {
 }
 
 const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    approval, limits, metadata, input_tokens, output_tokens, total_tokens, forked_from)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+/** A session's newest seq (0 before its first event), for a query on `sessions s`: one descent of the events' primary key. */
+const LAST_SEQ = 'coalesce((SELECT max(seq) FROM events WHERE session_id = s.id), 0)'
+
+/** A session row as toSession reads it, last_seq included; WHERE … follows. */
+const SELECT_SESSION = `SELECT id, tenant, created_at, updated_at, status, model, instructions, tools, approval, limits, metadata,
+    ${LAST_SEQ} AS last_seq, input_tokens, output_tokens, total_tokens, forked_from
+  FROM sessions s`
 
 const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
     replaces_messages)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-const RUN_COLUMNS: Record<keyof RunPatch, string> = {
-  status: 'status', steps: 'steps', usage: 'usage', error: 'error', startedAt: 'started_at', endedAt: 'ended_at'
-}
+/** The fields a run patch may change, with their columns; a patch's UPDATE is keyed by which of them it sets. */
+const RUN_FIELDS: ReadonlyArray<readonly [keyof RunPatch, string]> = [
+  ['status', 'status'], ['steps', 'steps'], ['usage', 'usage'], ['error', 'error'], ['startedAt', 'started_at'], ['endedAt', 'ended_at']
+]
 
-/** The UPDATE for a run patch; sql is empty when the patch changes nothing. */
-function runUpdate(id: string, patch: RunPatch): { sql: string; params: Param[] } {
-  const sets: string[] = []
+/** Which fields a run patch sets (a bit per RUN_FIELDS entry; 0 when none) and the UPDATE's parameters. */
+function runUpdate(id: string, patch: RunPatch): { fields: number; params: Param[] } {
+  let fields = 0
   const params: Param[] = []
-  for (const [key, column] of Object.entries(RUN_COLUMNS) as Array<[keyof RunPatch, string]>) {
+  for (let i = 0; i < RUN_FIELDS.length; i++) {
+    const key = (RUN_FIELDS[i] as readonly [keyof RunPatch, string])[0]
     if (!(key in patch)) continue
+    fields |= 1 << i
     const value = patch[key]
-    sets.push(`${column} = ?`)
     params.push(key === 'usage' || key === 'error' ? json(value) : (value as Param))
   }
-  return sets.length === 0 ? { sql: '', params } : { sql: `UPDATE runs SET ${sets.join(', ')} WHERE id = ?`, params: [...params, id] }
+  params.push(id)
+  return { fields, params }
 }

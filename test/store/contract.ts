@@ -54,6 +54,85 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal(next?.seq, 1, 'the failed unit used no seq')
   })
 
+  t.test('a unit that fails part-way among units handed over together fails alone, and seq stays gap-free', async (t) => {
+    const store = await open(t)
+    await Promise.all([store.createSession(session('ses_p')), store.createSession(session('ses_q'))])
+    await store.commit([{ type: 'message', message: message('msg_taken', 'ses_p') }])
+    const results = await Promise.allSettled([
+      store.commit([ev(event('ses_p', 'a1')), ev(event('ses_p', 'a2')), ev(event('ses_p', 'a3'))]),
+      store.commit([ev(event('ses_p', 'lost1')), ev(event('ses_p', 'lost2')), { type: 'message', message: message('msg_taken', 'ses_p') }]),
+      store.commit([ev(event('ses_p', 'c1'))]),
+      store.commit([ev(event('ses_q', 'd1')), ev(event('ses_q', 'd2'))])
+    ])
+    t.same(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled', 'fulfilled'], 'only the unit with the duplicate message fails')
+    const stored = await store.listEvents('ses_p', { after: 0 })
+    t.same(stored.map((e) => e.seq), [1, 2, 3, 4], 'the others take seq 1 to 4, none left for the failed unit')
+    t.same(stored.map((e) => e.type).sort(), ['a1', 'a2', 'a3', 'c1'], 'none of its events is stored')
+    const [a] = results
+    const seqs = a.status === 'fulfilled' ? a.value.map((e) => e.seq) : []
+    t.same(seqs.map((seq) => seq - (seqs[0] ?? 0)), [0, 1, 2], "a unit's events are numbered one after the other")
+    t.same((await store.listEvents('ses_q', { after: 0 })).map((e) => [e.seq, e.type]), [[1, 'd1'], [2, 'd2']])
+    t.equal((await store.getSessionById('ses_p'))?.lastSeq, 4)
+    const [next] = await store.commit([ev(event('ses_p', 'e1'))])
+    t.equal(next?.seq, 5)
+  })
+
+  t.test('a unit of many events, of several sessions and runs, is stored whole and in order', async (t) => {
+    const store = await open(t)
+    await Promise.all([store.createSession(session('ses_m')), store.createSession(session('ses_n'))])
+    const many = Array.from({ length: 75 }, (_, i) => ev({ ...event('ses_m', `chunk${i}`, 'run_1'), data: { i, text: `é ${i}` } }))
+    const writes: StoreWrite[] = [
+      ev({ ...event('ses_m', 'first', 'run_1'), requestId: 'req_1' }),
+      ...many,
+      ev(event('ses_n', 'other session', 'run_2')),
+      ev(event('ses_m', 'no run')),
+      ev({ ...event('ses_m', 'other request', 'run_1'), requestId: 'req_2' }),
+      { type: 'message', message: message('msg_after', 'ses_m') }
+    ]
+    const stored = await store.commit(writes)
+    t.same(stored.map((e) => [e.sessionId, e.seq]), [
+      ['ses_m', 1], ...many.map((_, i) => ['ses_m', i + 2]), ['ses_n', 1], ['ses_m', 77], ['ses_m', 78]
+    ], 'each event gets its session\'s next seq, in the order of the writes')
+    const listed = await store.listEvents('ses_m', { after: 0 })
+    t.same(listed, stored.filter((e) => e.sessionId === 'ses_m'), 'what is read back is what the commit resolved with')
+    t.match(listed[0], { type: 'first', runId: 'run_1', requestId: 'req_1' })
+    t.match(listed[40], { type: 'chunk39', runId: 'run_1', requestId: null, data: { i: 39, text: 'é 39' } })
+    t.match(listed.slice(-2), [{ type: 'no run', runId: null }, { type: 'other request', runId: 'run_1', requestId: 'req_2' }])
+    t.same(await store.listEvents('ses_n', { after: 0 }), stored.filter((e) => e.sessionId === 'ses_n'))
+    t.equal((await store.getSessionById('ses_m'))?.lastSeq, 78)
+    t.same((await store.listSessions('t', { limit: 10 })).map((s) => [s.id, s.lastSeq]), [['ses_n', 1], ['ses_m', 78]], 'listed sessions know theirs too')
+  })
+
+  t.test("a message is placed after the events written before it in its unit, which a fork's point shows", async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_o'))
+    await store.commit([ev(event('ses_o')), ev(event('ses_o')), { type: 'message', message: message('msg_o', 'ses_o') }, ev(event('ses_o'))])
+    let ids = 0
+    const sealing = { newMessageId: () => `msg_of${++ids}`, sealedAnswer: () => 'sealed' }
+    const before = await store.forkSession('ses_o', session('ses_of1'), 1, sealing)
+    t.same(await store.listMessages(before.id), [], 'a fork at seq 1 has no message')
+    const after = await store.forkSession('ses_o', session('ses_of2'), 2, sealing)
+    t.same((await store.listMessages(after.id)).map((m) => m.content), ['msg_o'], 'a fork at seq 2 has it')
+    t.same([before.lastSeq, after.lastSeq, (await store.getSessionById(after.id))?.lastSeq], [1, 2, 2])
+  })
+
+  t.test('writes for a session deleted meanwhile fail as SessionGoneError, also in the same batch', async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_d'))
+    await store.commit([ev(event('ses_d'))])
+    await store.deleteSession('t', 'ses_d')
+    await t.rejects(store.commit([ev(event('ses_d'))]), { code: 'SESSION_GONE' }, 'an event')
+    await t.rejects(store.commit([{ type: 'message', message: message('msg_d', 'ses_d') }]), { code: 'SESSION_GONE' }, 'a message')
+    await store.createSession(session('ses_e'))
+    await store.commit([ev(event('ses_e'))])
+    const [deleted, late] = await Promise.allSettled([store.deleteSession('t', 'ses_e'), store.commit([ev(event('ses_e')), ev(event('ses_e'))])])
+    t.equal(deleted.status === 'fulfilled' && deleted.value, true)
+    t.match(late, { status: 'rejected', reason: { code: 'SESSION_GONE' } }, 'a unit handed over right after the deletion')
+    await store.createSession(session('ses_e'))
+    const [first] = await store.commit([ev(event('ses_e'))])
+    t.equal(first?.seq, 1, 'a session made again under the same ID starts from seq 1')
+  })
+
   t.test('run, session, usage and tool-call writes', async (t) => {
     const store = await open(t)
     await store.createSession(session('ses_w'))

@@ -1,6 +1,8 @@
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
+import { sqliteMigrations } from '../../src/store/sqlite-migrations.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
 import { storeContract } from './contract.ts'
 
@@ -51,4 +53,31 @@ t.test('a second store on the same file is refused while the first is open, and 
   await second.migrate()
   await second.ping()
   t.pass('the file opens again once its owner has closed it')
+})
+
+t.test("a session's newest seq comes from its events: after a restart, and in a file written before schema version 5", async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  // The file as version 4 left it: the newest seq was a column of the sessions row.
+  const old = new DatabaseSync(path)
+  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)')
+  for (const migration of sqliteMigrations.filter((m) => m.version <= 4)) {
+    old.exec(migration.sql)
+    old.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(migration.version, migration.name, 'then')
+  }
+  old.exec(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, approval, limits, metadata, last_seq)
+    VALUES ('ses_old', 't', 'then', 'then', 'idle', 'm', '{}', '{}', '{}', 2), ('ses_empty', 't', 'then', 'then', 'idle', 'm', '{}', '{}', '{}', 0)`)
+  old.exec(`INSERT INTO events (session_id, seq, channel, type, at, data) VALUES ('ses_old', 1, 'monitor', 'x', 'then', '{}'),
+    ('ses_old', 2, 'monitor', 'x', 'then', '{}')`)
+  old.close()
+
+  const event = { sessionId: 'ses_old', runId: null, channel: 'monitor' as const, type: 'y', at: new Date().toISOString(), requestId: null, data: {} }
+  const first = await openSqlite(t, path)
+  t.same((await first.listSessions('t', { limit: 10 })).map((s) => [s.id, s.lastSeq]), [['ses_old', 2], ['ses_empty', 0]])
+  t.same((await first.commit([{ type: 'event', event }])).map((e) => e.seq), [3], 'the next event follows the newest one stored')
+  await first.close()
+
+  const second = await openSqlite(t, path)
+  t.equal((await second.getSession('t', 'ses_old'))?.lastSeq, 3, 'a reopened store reads it back')
+  t.same((await second.commit([{ type: 'event', event }, { type: 'event', event }])).map((e) => e.seq), [4, 5])
+  t.same((await second.listEvents('ses_old', { after: 0 })).map((e) => e.seq), [1, 2, 3, 4, 5])
 })
