@@ -128,9 +128,11 @@ class EventStream implements OpenEventStream {
       'x-accel-buffering': 'no',
       connection: 'keep-alive'
     })
-    // The head goes out on its own: written as it is, V8 flattens the string Node built it into
-    // piece by piece, which the response keeps for as long as it is open (~1 KB less per stream).
-    res.flushHeaders()
+    // A stream that may stay open (not one run's) sends its head on its own: written as it is,
+    // V8 flattens the string Node built it into piece by piece, which the response keeps for as
+    // long as it is open (~1 KB less per idle stream). A run's stream ends with the run, so its
+    // head goes out with the first frame, one socket write instead of two.
+    if (!this.#untilDone) res.flushHeaders()
     this.#send(RETRY_FRAME)
     res.on('close', this.#finish)
     res.on('error', this.#finish)
