@@ -1,5 +1,8 @@
+import { writeFileSync } from 'node:fs'
 import { AgentdClient, callJson, cpuMeter, originOf, startServiceProcess, startStampingModelProcess } from './harness.ts'
+import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
+import type { Pause, ServiceSample } from './service-watch.ts'
 import { preciseNow } from './stamping-model.ts'
 
 const CHUNKS = 20
@@ -7,7 +10,8 @@ const CHUNKS = 20
 const INTERVAL_MS = 20
 const ALONE_RUNS = 50
 const CONCURRENT = 100
-const ROUNDS = 3
+/** BENCH_LATENCY_ROUNDS: more rounds of CONCURRENT runs, for a steadier tail. */
+const ROUNDS = Number(process.env['BENCH_LATENCY_ROUNDS'] ?? 3)
 const WARMUP = 10
 
 /**
@@ -18,48 +22,144 @@ const WARMUP = 10
  */
 export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: INTERVAL_MS, toolName: 'fs_list' })
-  const service = await startServiceProcess(model.url)
+  const service = await startServiceProcess(model.url, 'file', { watch: true })
   const agentd = new AgentdClient(service.url, CONCURRENT + 4)
   try {
     const offset = await clockOffset(originOf(model.url))
 
-    /** One run's chunk delays, in ms. */
-    const sample = async (sessionId: string): Promise<number[]> => {
-      const delays: number[] = []
+    /** One run's chunks, in order. */
+    const sample = async (sessionId: string): Promise<Chunk[]> => {
+      const chunks: Chunk[] = []
       const done = await agentd.streamMessage(sessionId, 'Stream me some timestamps.', (type, data, receivedAt) => {
-        if (type === 'text_chunk') delays.push(receivedAt - Number((JSON.parse(data) as { data: { delta: string } }).data.delta))
+        if (type !== 'text_chunk') return
+        const sentAt = Number((JSON.parse(data) as { data: { delta: string } }).data.delta)
+        chunks.push({ index: chunks.length, sentAt, delay: receivedAt - sentAt, whileStarting: false })
       })
-      if (done.reason !== 'completed' || delays.length !== CHUNKS) throw new Error(`a run ended ${done.reason} with ${delays.length} chunks`)
-      return delays
+      if (done.reason !== 'completed' || chunks.length !== CHUNKS) throw new Error(`a run ended ${done.reason} with ${chunks.length} chunks`)
+      return chunks
     }
     // Text only: tool steps would not change how a chunk travels.
     const session = () => agentd.createSession({ tools: [] })
 
     for (let i = 0; i < WARMUP; i++) await sample(await session())
-    const alone: number[] = []
+    await service.ask<ServiceSample>('sample')
+    const alone: Chunk[] = []
     for (let i = 0; i < ALONE_RUNS; i++) alone.push(...(await sample(await session())))
-    const loaded: number[] = []
+    const aloneService = await service.ask<ServiceSample>('sample')
+    const loaded: Chunk[] = []
+    // BENCH_LATENCY_PROF=<file>: agentd profiled while the runs stream at once, and nothing else.
+    const profile = process.env['BENCH_LATENCY_PROF']
+    if (profile) await service.ask('profile')
     const cpu = cpuMeter({ agentd: service.pid, model: model.pid })
     for (let round = 0; round < ROUNDS; round++) {
       const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
-      for (const delays of await Promise.all(sessions.map(sample))) loaded.push(...delays)
+      const runs = await Promise.all(sessions.map(sample))
+      // Until the last run's first chunk, runs of the round were still being started.
+      const started = Math.max(...runs.map((chunks) => (chunks[0] as Chunk).sentAt))
+      for (const chunks of runs) for (const chunk of chunks) loaded.push({ ...chunk, whileStarting: chunk.sentAt <= started })
     }
     const loadedCpu = cpu.stop()
+    if (profile) await service.ask('profiled', profile)
+    const loadedService = await service.ask<ServiceSample>('sample')
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
-    const row = (label: string, values: number[]) => [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values))]
+    console.log('agentd CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled, which other processes on the machine do not change')
+    const aloneCpu = cpuInFlight(aloneService.cpuClock)
+    const loadedCpuWork = cpuInFlight(loadedService.cpuClock)
+    const row = (label: string, chunks: Chunk[]) => {
+      const values = chunks.map((chunk) => chunk.delay)
+      const work = chunks.map(chunks === alone ? aloneCpu : loadedCpuWork)
+      return [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values)),
+        fmt(percentile(work, 50)), fmt(percentile(work, 99))]
+    }
     printTable([
-      ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms'],
+      ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms', 'agentd CPU in flight p50 ms', 'p99 ms'],
       row('1 at a time', alone),
-      row(`${CONCURRENT} at once`, loaded)
+      row(`${CONCURRENT} at once`, loaded),
+      row('  first chunk of a run', loaded.filter((chunk) => chunk.index === 0)),
+      row(`  chunks 2..${CHUNKS}`, loaded.filter((chunk) => chunk.index > 0)),
+      row('  sent while runs were starting', loaded.filter((chunk) => chunk.whileStarting)),
+      row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting))
     ])
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
+    console.log('\nagentd meanwhile (its own event loop, GC and SQLite group commits):')
+    printTable([
+      ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms', 'group commits: n, statements, total, max ms, >= 5 ms'],
+      serviceRow('1 at a time', aloneService),
+      serviceRow(`${CONCURRENT} at once`, loadedService)
+    ])
+    explainTail(loaded, loadedService.pauses)
+    // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
+    const dump = process.env['BENCH_LATENCY_DUMP']
+    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, aloneService, loadedService }))
+    if (profile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
   } finally {
     await agentd.close()
     await service.close()
     await model.close()
   }
+}
+
+/** A text chunk as the client saw it: its place in the run, when the model sent it and how long it took, in ms. */
+interface Chunk {
+  index: number
+  sentAt: number
+  delay: number
+  /** Sent before the last run of its round had its first chunk: while sessions and runs were still being created. */
+  whileStarting: boolean
+}
+
+function serviceRow(label: string, sample: ServiceSample): string[] {
+  const { loopDelay, stalls, gc, groupCommits } = sample
+  return [
+    label,
+    `${fmt(loopDelay.p50)} / ${fmt(loopDelay.p99)} / ${fmt(loopDelay.max)}`,
+    `${stalls.count}, ${fmt(stalls.totalMs, 0)}, ${fmt(stalls.cpuMs, 0)}, ${fmt(stalls.queuedMs, 0)}`,
+    `${gc.count}, ${fmt(gc.totalMs, 0)}, ${fmt(gc.maxMs, 1)}, ${gc.long}`,
+    `${groupCommits.count}, ${groupCommits.statements}, ${fmt(groupCommits.totalMs, 0)}, ${fmt(groupCommits.maxMs, 1)}, ${groupCommits.long}`
+  ]
+}
+
+/**
+ * For a chunk, the CPU time (ms) agentd's main thread spent between the chunk's send and its
+ * arrival, from the watch's clock of main-thread CPU time (interpolated between its ticks). On a
+ * machine where agentd had a core to itself, that is the work the chunk waited for; it does not
+ * grow when other processes take the cores, as the wall time does.
+ */
+function cpuInFlight(clock: ServiceSample['cpuClock']): (chunk: Chunk) => number {
+  const { at, cpuMs } = clock
+  const cpuAt = (time: number): number => {
+    let lo = 0
+    let hi = at.length - 1
+    if (hi < 0) return Number.NaN
+    if (time <= (at[0] as number)) return cpuMs[0] as number
+    if (time >= (at[hi] as number)) return cpuMs[hi] as number
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >> 1
+      if ((at[mid] as number) <= time) lo = mid
+      else hi = mid
+    }
+    const share = (time - (at[lo] as number)) / ((at[hi] as number) - (at[lo] as number))
+    return (cpuMs[lo] as number) + share * ((cpuMs[hi] as number) - (cpuMs[lo] as number))
+  }
+  return (chunk) => cpuAt(chunk.sentAt + chunk.delay) - cpuAt(chunk.sentAt)
+}
+
+/** Which of agentd's pauses of 5 ms or more the chunks slower than 10 ms travelled through. */
+function explainTail(chunks: Chunk[], pauses: Pause[]): void {
+  const slow = chunks.filter((chunk) => chunk.delay > 10)
+  if (slow.length === 0) return
+  const counts = new Map<string, number>()
+  for (const chunk of slow) {
+    const kinds = new Set(pauses
+      .filter((pause) => pause.endedAt > chunk.sentAt && pause.endedAt - pause.ms < chunk.sentAt + chunk.delay)
+      .map((pause) => pause.kind))
+    const key = kinds.size === 0 ? 'none' : [...kinds].sort().join(' + ')
+    counts.set(key, (counts.get(key) ?? 0) + 1)
+  }
+  console.log(`chunks slower than 10 ms: ${slow.length}; the agentd pauses of 5 ms or more they waited through: ` +
+    [...counts].sort((a, b) => b[1] - a[1]).map(([key, n]) => `${key} ${n}`).join(', '))
 }
 
 /** How far the model process's clock is from the bench's, from the fastest of 20 round trips. */

@@ -3,15 +3,32 @@
  * (real persistence), on SQLite `:memory:` with BENCH_SERVICE_SQLITE=memory, or, from
  * bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
  * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
+ * BENCH_SERVICE_WATCH=1: it watches its own event loop, GC and group commits (bench/service-watch.ts)
+ * and answers the bench's question 'sample' with what it saw since the last one.
  */
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import { buildApp } from '../src/app.ts'
 import { loadConfig } from '../src/config.ts'
 import { createOpenAIProvider } from '../src/model/provider.ts'
 import { serveChild } from './child.ts'
+import { startProfile, watchService } from './service-watch.ts'
 
 const [modelUrl, dir] = process.argv.slice(2)
 if (!modelUrl || !dir) throw new Error('usage: service-process.ts <model base URL> <data folder>')
+// Before the store opens: it times the store's statements.
+const watch = process.env['BENCH_SERVICE_WATCH'] ? watchService() : null
+// BENCH_SQLITE_PRAGMAS="wal_autocheckpoint=10000; …": a store setting tried without editing the
+// store; run right after the store's own pragmas (its first exec that sets journal_mode).
+const pragmas = process.env['BENCH_SQLITE_PRAGMAS']
+if (pragmas) {
+  const exec = DatabaseSync.prototype.exec
+  DatabaseSync.prototype.exec = function (this: DatabaseSync, sql: string) {
+    exec.call(this, sql)
+    if (sql.includes('journal_mode')) exec.call(this, pragmas.split(';').filter((p) => p.trim()).map((p) => `PRAGMA ${p.trim()};`).join(' '))
+  }
+}
+let profiler: Awaited<ReturnType<typeof startProfile>> | null = null
 
 const config = loadConfig({
   AGENTD_DB: process.env['BENCH_SERVICE_SQLITE'] === 'memory' ? ':memory:' : join(dir, 'agentd.db'),
@@ -36,7 +53,18 @@ if (!address || typeof address === 'string') throw new Error('no address')
 serveChild(`http://127.0.0.1:${address.port}`, async () => {
   await app.close()
   await model.close()
-})
+}, watch ? {
+  sample: () => watch.sample(),
+  // One phase of the bench profiled: 'profile' starts, 'profiled' with a file name stops and writes it.
+  profile: async () => {
+    profiler = await startProfile()
+  },
+  profiled: async (file) => {
+    if (!profiler || !file) throw new Error('profiled <file> comes after profile')
+    await profiler.stop(file)
+    profiler = null
+  }
+} : {})
 if (process.env['BENCH_ELU']) {
   let last = performance.eventLoopUtilization()
   setInterval(() => {
