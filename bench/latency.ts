@@ -64,31 +64,39 @@ export async function run(): Promise<void> {
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
-    console.log('agentd CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled, which other processes on the machine do not change')
-    const aloneCpu = cpuInFlight(aloneService.cpuClock)
-    const loadedCpuWork = cpuInFlight(loadedService.cpuClock)
-    const row = (label: string, chunks: Chunk[]) => {
+    console.log('published: from the model\'s send to agentd handing the event to its SSE streams (the client\'s own delay left out);')
+    console.log('CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled to the client (other processes do not count)')
+    const published = new Map<number, number>()
+    for (const { sentAt, delay } of [aloneService.published, loadedService.published]) sentAt.forEach((at, i) => published.set(at, delay[i] as number))
+    const row = (label: string, chunks: Chunk[], service: ServiceSample) => {
       const values = chunks.map((chunk) => chunk.delay)
-      const work = chunks.map(chunks === alone ? aloneCpu : loadedCpuWork)
+      const inAgentd = chunks.map((chunk) => published.get(chunk.sentAt) ?? Number.NaN).filter(Number.isFinite)
+      const work = chunks.map(cpuInFlight(service.cpuClock))
       return [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values)),
-        fmt(percentile(work, 50)), fmt(percentile(work, 99))]
+        fmt(percentile(inAgentd, 50)), fmt(percentile(inAgentd, 99)), fmt(percentile(work, 99))]
     }
     printTable([
-      ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms', 'agentd CPU in flight p50 ms', 'p99 ms'],
-      row('1 at a time', alone),
-      row(`${CONCURRENT} at once`, loaded),
-      row('  first chunk of a run', loaded.filter((chunk) => chunk.index === 0)),
-      row(`  chunks 2..${CHUNKS}`, loaded.filter((chunk) => chunk.index > 0)),
-      row('  sent while runs were starting', loaded.filter((chunk) => chunk.whileStarting)),
-      row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting))
+      ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms', 'published p50', 'p99', 'CPU in flight p99'],
+      row('1 at a time', alone, aloneService),
+      row(`${CONCURRENT} at once`, loaded, loadedService),
+      row('  first chunk of a run', loaded.filter((chunk) => chunk.index === 0), loadedService),
+      row(`  chunks 2..${CHUNKS}`, loaded.filter((chunk) => chunk.index > 0), loadedService),
+      row('  sent while runs were starting', loaded.filter((chunk) => chunk.whileStarting), loadedService),
+      row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting), loadedService)
     ])
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
-    console.log('\nagentd meanwhile (its own event loop, GC and SQLite group commits):')
+    const { cpuMs } = loadedService.cpuClock
+    console.log(`agentd's main thread: ${fmt((1000 * ((cpuMs.at(-1) ?? 0) - (cpuMs[0] ?? 0))) / loaded.length, 0)} µs of CPU per chunk with ${CONCURRENT} at once (sessions and runs included)`)
+    console.log('\nagentd meanwhile (its own event loop, GC and SQLite):')
     printTable([
-      ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms', 'group commits: n, statements, total, max ms, >= 5 ms'],
+      ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms',
+        'group commits: n, statements, total, max ms, >= 5 ms', 'WAL checkpoints: n, total, max ms'],
       serviceRow('1 at a time', aloneService),
       serviceRow(`${CONCURRENT} at once`, loadedService)
     ])
+    const statements = Object.entries(loadedService.statements).sort((a, b) => b[1].totalMs - a[1].totalMs).slice(0, 4)
+    console.log(`SQLite with ${CONCURRENT} at once: ${loadedService.commits.count} COMMITs ${fmt((1000 * loadedService.commits.totalMs) / loadedService.commits.count, 0)} µs each` +
+      statements.map(([kind, { count, totalMs }]) => `, ${count} × ${kind} ${fmt((1000 * totalMs) / count, 0)} µs`).join(''))
     explainTail(loaded, loadedService.pauses)
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
@@ -111,13 +119,14 @@ interface Chunk {
 }
 
 function serviceRow(label: string, sample: ServiceSample): string[] {
-  const { loopDelay, stalls, gc, groupCommits } = sample
+  const { loopDelay, stalls, gc, groupCommits, checkpoints } = sample
   return [
     label,
     `${fmt(loopDelay.p50)} / ${fmt(loopDelay.p99)} / ${fmt(loopDelay.max)}`,
     `${stalls.count}, ${fmt(stalls.totalMs, 0)}, ${fmt(stalls.cpuMs, 0)}, ${fmt(stalls.queuedMs, 0)}`,
     `${gc.count}, ${fmt(gc.totalMs, 0)}, ${fmt(gc.maxMs, 1)}, ${gc.long}`,
-    `${groupCommits.count}, ${groupCommits.statements}, ${fmt(groupCommits.totalMs, 0)}, ${fmt(groupCommits.maxMs, 1)}, ${groupCommits.long}`
+    `${groupCommits.count}, ${groupCommits.statements}, ${fmt(groupCommits.totalMs, 0)}, ${fmt(groupCommits.maxMs, 1)}, ${groupCommits.long}`,
+    `${checkpoints.count}, ${fmt(checkpoints.totalMs, 0)}, ${fmt(checkpoints.maxMs, 1)}`
   ]
 }
 

@@ -17,7 +17,8 @@ import { startProfile, watchService } from './service-watch.ts'
 const [modelUrl, dir] = process.argv.slice(2)
 if (!modelUrl || !dir) throw new Error('usage: service-process.ts <model base URL> <data folder>')
 // Before the store opens: it times the store's statements.
-const watch = process.env['BENCH_SERVICE_WATCH'] ? watchService() : null
+const memory = process.env['BENCH_SERVICE_SQLITE'] === 'memory'
+const watch = process.env['BENCH_SERVICE_WATCH'] ? watchService(memory || process.env['BENCH_SERVICE_DATABASE_URL'] ? null : join(dir, 'agentd.db-wal')) : null
 // BENCH_SQLITE_PRAGMAS="wal_autocheckpoint=10000; …": a store setting tried without editing the
 // store; run right after the store's own pragmas (its first exec that sets journal_mode).
 const pragmas = process.env['BENCH_SQLITE_PRAGMAS']
@@ -31,7 +32,7 @@ if (pragmas) {
 let profiler: Awaited<ReturnType<typeof startProfile>> | null = null
 
 const config = loadConfig({
-  AGENTD_DB: process.env['BENCH_SERVICE_SQLITE'] === 'memory' ? ':memory:' : join(dir, 'agentd.db'),
+  AGENTD_DB: memory ? ':memory:' : join(dir, 'agentd.db'),
   AGENTD_WORKSPACES: join(dir, 'workspaces'),
   OPENAI_BASE_URL: modelUrl,
   OPENAI_API_KEY: 'bench',
@@ -46,6 +47,7 @@ const config = loadConfig({
 })
 const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: modelUrl })
 const app = await buildApp({ config, model })
+watch?.watchPublished(app.agentd.bus)
 await app.listen({ host: '127.0.0.1', port: 0 })
 const address = app.server.address()
 if (!address || typeof address === 'string') throw new Error('no address')

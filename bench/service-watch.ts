@@ -5,10 +5,11 @@
  * timed around node:sqlite's StatementSync.prototype.run. Every pause of PAUSE_MS or more is kept
  * with its time on the bench's clock, so the bench can tell which late chunks it explains.
  */
-import { readFileSync, writeFileSync } from 'node:fs'
+import { openSync, readFileSync, readSync, writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
 import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf_hooks'
 import { StatementSync } from 'node:sqlite'
+import type { EventBus } from '../src/events/event-bus.ts'
 import { preciseNow } from './stamping-model.ts'
 
 /** Pauses at least this long are listed one by one. */
@@ -29,7 +30,7 @@ export interface PauseTotals {
 export interface Pause {
   endedAt: number
   ms: number
-  kind: 'gc minor' | 'gc major' | 'gc other' | 'group commit' | 'stall'
+  kind: 'gc minor' | 'gc major' | 'gc other' | 'group commit' | 'checkpoint' | 'stall'
   /** For a group commit: how many statements it ran. */
   statements?: number
   /** For a stall: how much of it the main thread spent on the CPU, */
@@ -47,12 +48,22 @@ export interface ServiceSample {
   gc: PauseTotals
   groupCommits: PauseTotals & { statements: number }
   commits: PauseTotals
+  /** The COMMITs that checkpointed the WAL (a SQLite file only). */
+  checkpoints: PauseTotals
+  /** The store's other statements by kind ("INSERT INTO events", "UPDATE sessions SET last_seq" …): count and time. */
+  statements: Record<string, { count: number; totalMs: number }>
   pauses: Pause[]
   /**
    * The main thread's CPU time (ms) at each tick of the watch's timer, beside the tick's time
    * (preciseNow): how much work agentd did between any two moments, whatever else the machine ran.
    */
   cpuClock: { at: number[]; cpuMs: number[] }
+  /**
+   * Each text_chunk whose delta is a send time (the stamping model's), as agentd published it:
+   * the send time and how long after it the event was handed to its streams, which write its
+   * frame in the same turn. Set by watchPublished().
+   */
+  published: { sentAt: number[]; delay: number[] }
 }
 
 const totals = (): PauseTotals => ({ count: 0, totalMs: 0, maxMs: 0, long: 0 })
@@ -77,6 +88,32 @@ function threadTimes(): { cpuMs: number; queuedMs: number } {
   }
 }
 
+/** "INSERT INTO events", "UPDATE sessions SET last_seq", "SELECT * FROM events" …: a statement's first words. */
+function statementKind(sql: string): string {
+  return sql.replace(/\s+/g, ' ').trim().split(' ').slice(0, sql.startsWith('UPDATE') ? 4 : 3).join(' ').replace(/ =$/, '')
+}
+
+/** Reads the WAL's checkpoint sequence number (header bytes 12–15); restarted() says whether it moved since the last call. */
+function walHeaderReader(path: string): { restarted(): boolean } {
+  let fd = -1
+  let sequence = -1
+  const header = Buffer.alloc(16)
+  return {
+    restarted() {
+      try {
+        if (fd < 0) fd = openSync(path, 'r')
+        if (readSync(fd, header, 0, 16, 0) < 16) return false
+      } catch {
+        return false
+      }
+      const now = header.readUInt32BE(12)
+      const moved = sequence >= 0 && now !== sequence
+      sequence = now
+      return moved
+    }
+  }
+}
+
 /**
  * Profiles this process from now until the returned stop(), which writes the profile (a
  * .cpuprofile, as node --cpu-prof writes) to `file`: one phase of a bench rather than the whole process.
@@ -89,14 +126,19 @@ export async function startProfile(): Promise<{ stop(file: string): Promise<void
   return {
     async stop(file) {
       const { profile } = await session.post('Profiler.stop')
-      writeFileSync(file, JSON.stringify(profile))
+      // The profile's times are µs of the monotonic clock; this pair maps them to preciseNow().
+      const clock = { monotonicUs: Number(process.hrtime.bigint() / 1000n), preciseNow: preciseNow() }
+      writeFileSync(file, JSON.stringify({ ...profile, clock }))
       session.disconnect()
     }
   }
 }
 
-/** Starts watching; `sample()` reports what happened since the previous call (or the start) and starts over. */
-export function watchService(): { sample(): ServiceSample } {
+/**
+ * Starts watching; `sample()` reports what happened since the previous call (or the start) and
+ * starts over. `watchPublished(bus)` adds the time each stamped text chunk was published.
+ */
+export function watchService(walPath: string | null): { sample(): ServiceSample; watchPublished(bus: EventBus): void } {
   const delay = monitorEventLoopDelay({ resolution: RESOLUTION_MS })
   delay.enable()
   let since = preciseNow()
@@ -104,8 +146,11 @@ export function watchService(): { sample(): ServiceSample } {
   let stalls = { ...totals(), cpuMs: 0, queuedMs: 0 }
   let groupCommits = { ...totals(), statements: 0 }
   let commits = totals()
+  let checkpoints = totals()
+  let statements: ServiceSample['statements'] = {}
   let pauses: Pause[] = []
   let cpuClock: ServiceSample['cpuClock'] = { at: [], cpuMs: [] }
+  let published: ServiceSample['published'] = { sentAt: [], delay: [] }
 
   const gcKind = (flags: number): Pause['kind'] =>
     flags === constants.NODE_PERFORMANCE_GC_MINOR ? 'gc minor' : flags === constants.NODE_PERFORMANCE_GC_MAJOR ? 'gc major' : 'gc other'
@@ -143,6 +188,10 @@ export function watchService(): { sample(): ServiceSample } {
   }, RESOLUTION_MS).unref()
 
   // The store's group commit is BEGIN IMMEDIATE, the batch's statements, COMMIT, all in one turn.
+  // A COMMIT that crosses wal_autocheckpoint pages also checkpoints the WAL before it returns; the
+  // next write then restarts the WAL, which bumps the checkpoint sequence in its header.
+  const wal = walPath ? walHeaderReader(walPath) : null
+  let lastCommit: { endedAt: number; ms: number } | null = null
   const run = StatementSync.prototype.run as (this: StatementSync, ...params: unknown[]) => ReturnType<StatementSync['run']>
   let batchStart = -1
   let batchStatements = 0
@@ -153,14 +202,23 @@ export function watchService(): { sample(): ServiceSample } {
       batchStatements = 0
       return run.apply(this, params)
     }
-    if (sql !== 'COMMIT') {
-      batchStatements++
-      return run.apply(this, params)
-    }
     const started = performance.now()
     const result = run.apply(this, params)
     const ended = performance.now()
+    if (sql !== 'COMMIT') {
+      batchStatements++
+      const kind = statementKind(sql)
+      const totals = statements[kind] ?? (statements[kind] = { count: 0, totalMs: 0 })
+      totals.count++
+      totals.totalMs += ended - started
+      return result
+    }
     add(commits, ended - started)
+    if (wal?.restarted() && lastCommit) {
+      add(checkpoints, lastCommit.ms)
+      pauses.push({ endedAt: lastCommit.endedAt, ms: lastCommit.ms, kind: 'checkpoint' })
+    }
+    lastCommit = { endedAt: performance.timeOrigin + ended, ms: ended - started }
     if (batchStart >= 0) {
       const ms = ended - batchStart
       add(groupCommits, ms)
@@ -172,6 +230,16 @@ export function watchService(): { sample(): ServiceSample } {
   }
 
   return {
+    watchPublished(bus) {
+      // Called after the session's own listeners (the SSE streams) have written the frame.
+      bus.subscribeAll((event) => {
+        if (event.type !== 'text_chunk') return
+        const sentAt = Number((event.data as { delta?: unknown }).delta)
+        if (!Number.isFinite(sentAt)) return
+        published.sentAt.push(sentAt)
+        published.delay.push(preciseNow() - sentAt)
+      })
+    },
     sample() {
       const now = preciseNow()
       const ms = (ns: number) => ns / 1e6
@@ -179,7 +247,7 @@ export function watchService(): { sample(): ServiceSample } {
         seconds: (now - since) / 1000,
         // The histogram holds how late each RESOLUTION_MS timer fired, the interval itself included.
         loopDelay: { p50: ms(delay.percentile(50)), p99: ms(delay.percentile(99)), max: ms(delay.max) },
-        stalls, gc, groupCommits, commits, pauses, cpuClock
+        stalls, gc, groupCommits, commits, checkpoints, statements, pauses, cpuClock, published
       }
       delay.reset()
       since = now
@@ -187,8 +255,11 @@ export function watchService(): { sample(): ServiceSample } {
       stalls = { ...totals(), cpuMs: 0, queuedMs: 0 }
       groupCommits = { ...totals(), statements: 0 }
       commits = totals()
+      checkpoints = totals()
+      statements = {}
       pauses = []
       cpuClock = { at: [], cpuMs: [] }
+      published = { sentAt: [], delay: [] }
       return sample
     }
   }
