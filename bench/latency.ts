@@ -27,10 +27,11 @@ export async function run(): Promise<void> {
   try {
     const offset = await clockOffset(originOf(model.url))
 
-    /** One run's chunks, in order. */
-    const sample = async (sessionId: string): Promise<Chunk[]> => {
-      const chunks: Chunk[] = []
+    /** One run's chunks, in order, and when its stream's first event arrived. */
+    const sample = async (sessionId: string): Promise<Chunk[] & { openedAt: number }> => {
+      const chunks = Object.assign([] as Chunk[], { openedAt: 0 })
       const done = await agentd.streamMessage(sessionId, 'Stream me some timestamps.', (type, data, receivedAt) => {
+        chunks.openedAt ||= receivedAt
         if (type !== 'text_chunk') return
         const sentAt = Number((JSON.parse(data) as { data: { delta: string } }).data.delta)
         chunks.push({ index: chunks.length, sentAt, delay: receivedAt - sentAt, whileStarting: false })
@@ -47,13 +48,19 @@ export async function run(): Promise<void> {
     for (let i = 0; i < ALONE_RUNS; i++) alone.push(...(await sample(await session())))
     const aloneService = await service.ask<ServiceSample>('sample')
     const loaded: Chunk[] = []
-    // BENCH_LATENCY_PROF=<file>: agentd profiled while the runs stream at once, and nothing else.
-    const profile = process.env['BENCH_LATENCY_PROF']
-    if (profile) await service.ask('profile')
+    // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the runs stream at once, and nothing else;
+    // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead.
+    const heapProfile = process.env['BENCH_LATENCY_HEAP_PROF']
+    const profile = heapProfile ?? process.env['BENCH_LATENCY_PROF']
+    if (profile) await service.ask('profile', heapProfile ? 'heap' : 'cpu')
     const cpu = cpuMeter({ agentd: service.pid, model: model.pid })
+    const rounds: Round[] = []
     for (let round = 0; round < ROUNDS; round++) {
+      const startedAt = preciseNow()
       const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
+      const sessionsAt = preciseNow()
       const runs = await Promise.all(sessions.map(sample))
+      rounds.push({ startedAt, sessionsAt, openedAt: Math.max(...runs.map((chunks) => chunks.openedAt)), endedAt: preciseNow() })
       // Until the last run's first chunk, runs of the round were still being started.
       const started = Math.max(...runs.map((chunks) => (chunks[0] as Chunk).sentAt))
       for (const chunks of runs) for (const chunk of chunks) loaded.push({ ...chunk, whileStarting: chunk.sentAt <= started })
@@ -85,8 +92,12 @@ export async function run(): Promise<void> {
       row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting), loadedService)
     ])
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
-    const { cpuMs } = loadedService.cpuClock
-    console.log(`agentd's main thread: ${fmt((1000 * ((cpuMs.at(-1) ?? 0) - (cpuMs[0] ?? 0))) / loaded.length, 0)} µs of CPU per chunk with ${CONCURRENT} at once (sessions and runs included)`)
+    const cpuAt = cpuClockAt(loadedService.cpuClock)
+    const spent = (from: keyof Round, to: keyof Round) => rounds.reduce((sum, round) => sum + cpuAt(round[to]) - cpuAt(round[from]), 0)
+    const runs = CONCURRENT * rounds.length
+    console.log(`agentd's main thread, CPU with ${CONCURRENT} at once: ${fmt((1000 * spent('startedAt', 'sessionsAt')) / runs, 0)} µs per session created, ` +
+      `${fmt((1000 * spent('sessionsAt', 'openedAt')) / runs, 0)} µs per run started (message POSTed, its stream opened, its model call made), ` +
+      `${fmt((1000 * spent('openedAt', 'endedAt')) / loaded.length, 0)} µs per chunk after that (the runs' ends included)`)
     console.log('\nagentd meanwhile (its own event loop, GC and SQLite):')
     printTable([
       ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms',
@@ -97,16 +108,25 @@ export async function run(): Promise<void> {
     const statements = Object.entries(loadedService.statements).sort((a, b) => b[1].totalMs - a[1].totalMs).slice(0, 4)
     console.log(`SQLite with ${CONCURRENT} at once: ${loadedService.commits.count} COMMITs ${fmt((1000 * loadedService.commits.totalMs) / loadedService.commits.count, 0)} µs each` +
       statements.map(([kind, { count, totalMs }]) => `, ${count} × ${kind} ${fmt((1000 * totalMs) / count, 0)} µs`).join(''))
-    explainTail(loaded, loadedService.pauses)
+    attributeTail(loaded, loadedService.pauses, published)
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
-    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, aloneService, loadedService }))
-    if (profile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
+    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, aloneService, loadedService }))
+    if (profile && !heapProfile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
+    if (heapProfile) console.log(`agentd's allocations while ${CONCURRENT} runs streamed at once: ${heapProfile} (Chrome DevTools, Memory tab)`)
   } finally {
     await agentd.close()
     await service.close()
     await model.close()
   }
+}
+
+/** The phases of a round, as times of the bench's clock: sessions created, then every run's stream open, then all done. */
+interface Round {
+  startedAt: number
+  sessionsAt: number
+  openedAt: number
+  endedAt: number
 }
 
 /** A text chunk as the client saw it: its place in the run, when the model sent it and how long it took, in ms. */
@@ -137,6 +157,12 @@ function serviceRow(label: string, sample: ServiceSample): string[] {
  * grow when other processes take the cores, as the wall time does.
  */
 function cpuInFlight(clock: ServiceSample['cpuClock']): (chunk: Chunk) => number {
+  const cpuAt = cpuClockAt(clock)
+  return (chunk) => cpuAt(chunk.sentAt + chunk.delay) - cpuAt(chunk.sentAt)
+}
+
+/** agentd's main-thread CPU time (ms) at a moment (preciseNow), interpolated between the ticks of the watch's clock. */
+function cpuClockAt(clock: ServiceSample['cpuClock']): (time: number) => number {
   const { at, cpuMs } = clock
   const cpuAt = (time: number): number => {
     let lo = 0
@@ -152,23 +178,42 @@ function cpuInFlight(clock: ServiceSample['cpuClock']): (chunk: Chunk) => number
     const share = (time - (at[lo] as number)) / ((at[hi] as number) - (at[lo] as number))
     return (cpuMs[lo] as number) + share * ((cpuMs[hi] as number) - (cpuMs[lo] as number))
   }
-  return (chunk) => cpuAt(chunk.sentAt + chunk.delay) - cpuAt(chunk.sentAt)
+  return cpuAt
 }
 
-/** Which of agentd's pauses of 5 ms or more the chunks slower than 10 ms travelled through. */
-function explainTail(chunks: Chunk[], pauses: Pause[]): void {
-  const slow = chunks.filter((chunk) => chunk.delay > 10)
-  if (slow.length === 0) return
-  const counts = new Map<string, number>()
-  for (const chunk of slow) {
-    const kinds = new Set(pauses
-      .filter((pause) => pause.endedAt > chunk.sentAt && pause.endedAt - pause.ms < chunk.sentAt + chunk.delay)
-      .map((pause) => pause.kind))
-    const key = kinds.size === 0 ? 'none' : [...kinds].sort().join(' + ')
-    counts.set(key, (counts.get(key) ?? 0) + 1)
-  }
-  console.log(`chunks slower than 10 ms: ${slow.length}; the agentd pauses of 5 ms or more they waited through: ` +
-    [...counts].sort((a, b) => b[1] - a[1]).map(([key, n]) => `${key} ${n}`).join(', '))
+/** Why a chunk may have been late: something it was in flight during. */
+const CAUSES: Array<{ label: string; hit: (chunk: Chunk, during: (kind: Pause['kind'], also?: (pause: Pause) => boolean) => boolean) => boolean }> = [
+  { label: 'runs of its round still starting', hit: (chunk) => chunk.whileStarting },
+  { label: 'a WAL checkpoint', hit: (_, during) => during('checkpoint') },
+  { label: 'a GC pause >= 5 ms', hit: (_, during) => during('gc minor') || during('gc major') || during('gc other') },
+  { label: 'another group commit >= 5 ms', hit: (_, during) => during('group commit') },
+  { label: 'a stall >= 5 ms queued for a core', hit: (_, during) => during('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_QUEUED_MS) }
+]
+const PAUSE_QUEUED_MS = 5
+
+/**
+ * Where the tail comes from: the p99 of the chunks left once those in flight during each cause
+ * (and the causes above it) are set aside, beside how many chunks each cause touched on its own.
+ * Chunks set aside are not the only ones a pause delays (the backlog it leaves delays the next
+ * ones), so the p99 left is an upper bound of what removing the cause would give.
+ */
+function attributeTail(chunks: Chunk[], pauses: Pause[], published: Map<number, number>): void {
+  const duringOf = (chunk: Chunk) => (kind: Pause['kind'], also: (pause: Pause) => boolean = () => true) =>
+    pauses.some((pause) => pause.kind === kind && pause.endedAt > chunk.sentAt && pause.endedAt - pause.ms < chunk.sentAt + chunk.delay && also(pause))
+  const causes = chunks.map((chunk) => {
+    const during = duringOf(chunk)
+    return CAUSES.map((cause) => cause.hit(chunk, during))
+  })
+  const p99 = (kept: Chunk[]) => [fmt(percentile(kept.map((chunk) => chunk.delay), 99)),
+    fmt(percentile(kept.map((chunk) => published.get(chunk.sentAt) ?? Number.NaN).filter(Number.isFinite), 99))]
+  const rows = [['chunks in flight during …', 'share of chunks', 'p99 ms of the rest', 'published p99'], ['(all chunks)', '100 %', ...p99(chunks)]]
+  CAUSES.forEach((cause, i) => {
+    const alone = causes.filter((hits) => hits[i]).length
+    const kept = chunks.filter((_, c) => !(causes[c] as boolean[]).slice(0, i + 1).some(Boolean))
+    rows.push([`${i === 0 ? '' : '+ '}${cause.label}`, `${fmt((100 * alone) / chunks.length, 1)} %`, ...p99(kept)])
+  })
+  console.log(`\nwhere the tail comes from with ${CONCURRENT} at once (each row also sets aside the chunks of the rows above):`)
+  printTable(rows)
 }
 
 /** How far the model process's clock is from the bench's, from the fastest of 20 round trips. */

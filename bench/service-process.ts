@@ -57,9 +57,9 @@ serveChild(`http://127.0.0.1:${address.port}`, async () => {
   await model.close()
 }, watch ? {
   sample: () => watch.sample(),
-  // One phase of the bench profiled: 'profile' starts, 'profiled' with a file name stops and writes it.
-  profile: async () => {
-    profiler = await startProfile()
+  // One phase of the bench profiled: 'profile' with 'cpu' or 'heap' starts, 'profiled' with a file name stops and writes it.
+  profile: async (kind) => {
+    profiler = await startProfile(kind === 'heap' ? 'heap' : 'cpu')
   },
   profiled: async (file) => {
     if (!profiler || !file) throw new Error('profiled <file> comes after profile')

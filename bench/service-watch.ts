@@ -88,7 +88,7 @@ function threadTimes(): { cpuMs: number; queuedMs: number } {
   }
 }
 
-/** "INSERT INTO events", "UPDATE sessions SET last_seq", "SELECT * FROM events" …: a statement's first words. */
+/** "INSERT INTO events", "UPDATE sessions SET last_seq", "BEGIN IMMEDIATE", "COMMIT" …: a statement's first words. */
 function statementKind(sql: string): string {
   return sql.replace(/\s+/g, ' ').trim().split(' ').slice(0, sql.startsWith('UPDATE') ? 4 : 3).join(' ').replace(/ =$/, '')
 }
@@ -115,20 +115,32 @@ function walHeaderReader(path: string): { restarted(): boolean } {
 }
 
 /**
- * Profiles this process from now until the returned stop(), which writes the profile (a
- * .cpuprofile, as node --cpu-prof writes) to `file`: one phase of a bench rather than the whole process.
+ * Profiles this process from now until the returned stop(), which writes the profile to `file`:
+ * one phase of a bench rather than the whole process. 'cpu': a .cpuprofile, as node --cpu-prof
+ * writes it; 'heap': a .heapprofile of sampled allocations (every 8 KiB on average), objects
+ * collected since included, so that it shows what the phase allocated.
  */
-export async function startProfile(): Promise<{ stop(file: string): Promise<void> }> {
+export async function startProfile(kind: 'cpu' | 'heap'): Promise<{ stop(file: string): Promise<void> }> {
   const session = new Session()
   session.connect()
-  await session.post('Profiler.enable')
-  await session.post('Profiler.start')
+  if (kind === 'heap') {
+    await session.post('HeapProfiler.enable')
+    await session.post('HeapProfiler.startSampling', { samplingInterval: 8192, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+  } else {
+    await session.post('Profiler.enable')
+    await session.post('Profiler.start')
+  }
   return {
     async stop(file) {
-      const { profile } = await session.post('Profiler.stop')
-      // The profile's times are µs of the monotonic clock; this pair maps them to preciseNow().
-      const clock = { monotonicUs: Number(process.hrtime.bigint() / 1000n), preciseNow: preciseNow() }
-      writeFileSync(file, JSON.stringify({ ...profile, clock }))
+      if (kind === 'heap') {
+        const { profile } = await session.post('HeapProfiler.stopSampling')
+        writeFileSync(file, JSON.stringify(profile))
+      } else {
+        const { profile } = await session.post('Profiler.stop')
+        // The profile's times are µs of the monotonic clock; this pair maps them to preciseNow().
+        const clock = { monotonicUs: Number(process.hrtime.bigint() / 1000n), preciseNow: preciseNow() }
+        writeFileSync(file, JSON.stringify({ ...profile, clock }))
+      }
       session.disconnect()
     }
   }
@@ -195,8 +207,14 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
   const run = StatementSync.prototype.run as (this: StatementSync, ...params: unknown[]) => ReturnType<StatementSync['run']>
   let batchStart = -1
   let batchStatements = 0
+  // What each statement is, worked out once: sourceSQL makes a new string on every read.
+  const kinds = new WeakMap<StatementSync, string>()
   StatementSync.prototype.run = function (this: StatementSync, ...params: unknown[]) {
-    const sql = this.sourceSQL
+    let sql = kinds.get(this)
+    if (sql === undefined) {
+      sql = statementKind(this.sourceSQL)
+      kinds.set(this, sql)
+    }
     if (sql === 'BEGIN IMMEDIATE') {
       batchStart = performance.now()
       batchStatements = 0
@@ -207,8 +225,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
     const ended = performance.now()
     if (sql !== 'COMMIT') {
       batchStatements++
-      const kind = statementKind(sql)
-      const totals = statements[kind] ?? (statements[kind] = { count: 0, totalMs: 0 })
+      const totals = statements[sql] ?? (statements[sql] = { count: 0, totalMs: 0 })
       totals.count++
       totals.totalMs += ended - started
       return result
