@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { AgentdClient, callJson, cpuMeter, originOf, startServiceProcess, startStampingModelProcess } from './harness.ts'
 import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
-import type { Pause, ServiceSample } from './service-watch.ts'
+import { PAUSE_MS, type Pause, type ServiceSample } from './service-watch.ts'
 import { preciseNow } from './stamping-model.ts'
 
 const CHUNKS = 20
@@ -185,11 +185,11 @@ function cpuClockAt(clock: ServiceSample['cpuClock']): (time: number) => number 
 const CAUSES: Array<{ label: string; hit: (chunk: Chunk, during: (kind: Pause['kind'], also?: (pause: Pause) => boolean) => boolean) => boolean }> = [
   { label: 'runs of its round still starting', hit: (chunk) => chunk.whileStarting },
   { label: 'a WAL checkpoint', hit: (_, during) => during('checkpoint') },
-  { label: 'a GC pause >= 5 ms', hit: (_, during) => during('gc minor') || during('gc major') || during('gc other') },
-  { label: 'another group commit >= 5 ms', hit: (_, during) => during('group commit') },
-  { label: 'a stall >= 5 ms queued for a core', hit: (_, during) => during('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_QUEUED_MS) }
+  { label: `a GC pause >= ${PAUSE_MS} ms`, hit: (_, during) => during('gc minor') || during('gc major') || during('gc other') },
+  { label: `another group commit >= ${PAUSE_MS} ms`, hit: (_, during) => during('group commit') },
+  { label: `a stall >= ${PAUSE_MS} ms queued for a core`, hit: (_, during) => during('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_MS) },
+  { label: `a turn with >= ${PAUSE_MS} ms of agentd's own work`, hit: (_, during) => during('stall', (pause) => (pause.cpuMs ?? 0) >= PAUSE_MS) }
 ]
-const PAUSE_QUEUED_MS = 5
 
 /**
  * Where the tail comes from: the p99 of the chunks left once those in flight during each cause

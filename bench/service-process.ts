@@ -3,24 +3,30 @@
  * (real persistence), on SQLite `:memory:` with BENCH_SERVICE_SQLITE=memory, or, from
  * bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
  * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
- * BENCH_SERVICE_WATCH=1: it watches its own event loop, GC and group commits (bench/service-watch.ts)
- * and answers the bench's question 'sample' with what it saw since the last one.
+ *
+ * For the latency bench, and for trying a change to the store without making it:
+ * - BENCH_SERVICE_WATCH=1: it watches its own event loop, GC and SQLite statements
+ *   (bench/service-watch.ts) and answers the bench's questions: 'sample' (what it saw since the
+ *   last one), 'profile' then 'profiled' (one phase of the bench profiled, CPU or heap);
+ * - BENCH_SQLITE_PRAGMAS="wal_autocheckpoint=10000; …": pragmas run right after the store's own;
+ * - BENCH_SERVICE_STORE=<module>: a variant of the SQLite store (a module exporting SqliteStore,
+ *   constructed with the file's path), opened as src/store/index.ts opens the store.
  */
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { buildApp } from '../src/app.ts'
 import { loadConfig } from '../src/config.ts'
 import { createOpenAIProvider } from '../src/model/provider.ts'
+import type { Store } from '../src/store/store.ts'
 import { serveChild } from './child.ts'
 import { startProfile, watchService } from './service-watch.ts'
 
 const [modelUrl, dir] = process.argv.slice(2)
 if (!modelUrl || !dir) throw new Error('usage: service-process.ts <model base URL> <data folder>')
-// Before the store opens: it times the store's statements.
 const memory = process.env['BENCH_SERVICE_SQLITE'] === 'memory'
+// Before the store opens: the watch times the store's statements.
 const watch = process.env['BENCH_SERVICE_WATCH'] ? watchService(memory || process.env['BENCH_SERVICE_DATABASE_URL'] ? null : join(dir, 'agentd.db-wal')) : null
-// BENCH_SQLITE_PRAGMAS="wal_autocheckpoint=10000; …": a store setting tried without editing the
-// store; run right after the store's own pragmas (its first exec that sets journal_mode).
+// After the store's own pragmas: its first exec that sets journal_mode.
 const pragmas = process.env['BENCH_SQLITE_PRAGMAS']
 if (pragmas) {
   const exec = DatabaseSync.prototype.exec
@@ -46,7 +52,12 @@ const config = loadConfig({
   ...(process.env['BENCH_SERVICE_DATABASE_URL'] ? { DATABASE_URL: process.env['BENCH_SERVICE_DATABASE_URL'] } : {})
 })
 const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: modelUrl })
-const app = await buildApp({ config, model })
+const variant = process.env['BENCH_SERVICE_STORE']
+const store = variant
+  ? new ((await import(variant)) as { SqliteStore: new (path: string) => Store & { migrate(): Promise<void> } }).SqliteStore(config.db)
+  : undefined
+await store?.migrate()
+const app = await buildApp({ config, model, ...(store ? { store } : {}) })
 watch?.watchPublished(app.agentd.bus)
 await app.listen({ host: '127.0.0.1', port: 0 })
 const address = app.server.address()
@@ -54,6 +65,7 @@ if (!address || typeof address === 'string') throw new Error('no address')
 
 serveChild(`http://127.0.0.1:${address.port}`, async () => {
   await app.close()
+  await store?.close()
   await model.close()
 }, watch ? {
   sample: () => watch.sample(),

@@ -1,21 +1,25 @@
 /**
  * Inside the agentd process of a bench: what held its event loop up, for the bench to ask over
- * IPC (bench/child.ts). The event loop's delay (perf_hooks.monitorEventLoopDelay), garbage
- * collection pauses, and the SQLite store's group commits (BEGIN IMMEDIATE … COMMIT) and COMMITs,
- * timed around node:sqlite's StatementSync.prototype.run. Every pause of PAUSE_MS or more is kept
- * with its time on the bench's clock, so the bench can tell which late chunks it explains.
+ * IPC (bench/child.ts). One timer, every TICK_MS, measures how late it fires (the event loop's
+ * delay, as perf_hooks.monitorEventLoopDelay does) and keeps each stall of PAUSE_MS or more with
+ * where the main thread was meanwhile (on a CPU, queued for one, blocked), and the main thread's
+ * CPU clock. GC pauses come from a PerformanceObserver; the SQLite store's group commits (BEGIN
+ * IMMEDIATE … COMMIT), its statements by kind and the COMMITs that checkpointed the WAL are timed
+ * around node:sqlite's StatementSync.prototype.run. Pauses carry their time on the bench's clock,
+ * so the bench can tell which chunks were in flight during them. The timer wakes an idle agentd
+ * 200 times a second (a few % of a core on a small VM); a busy one it costs little.
  */
-import { openSync, readFileSync, readSync, writeFileSync } from 'node:fs'
+import { closeSync, openSync, readSync, writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
-import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf_hooks'
+import { PerformanceObserver, constants, createHistogram } from 'node:perf_hooks'
 import { StatementSync } from 'node:sqlite'
 import type { EventBus } from '../src/events/event-bus.ts'
 import { preciseNow } from './stamping-model.ts'
 
 /** Pauses at least this long are listed one by one. */
-const PAUSE_MS = 5
-/** The loop-delay timer's interval; a shorter one catches shorter stalls at more wake-ups. */
-const RESOLUTION_MS = 2
+export const PAUSE_MS = 5
+/** The watch's timer: a shorter interval gives a finer CPU clock at more wake-ups. */
+const TICK_MS = 5
 
 /** Count, sum and longest of a kind of pause, in ms. */
 export interface PauseTotals {
@@ -42,6 +46,7 @@ export interface Pause {
 /** What the process went through since the previous sample. */
 export interface ServiceSample {
   seconds: number
+  /** How late the watch's timer fired, in ms. */
   loopDelay: { p50: number; p99: number; max: number }
   /** Turns of the event loop that kept the watch's timer waiting PAUSE_MS or more past its time. */
   stalls: PauseTotals & { cpuMs: number; queuedMs: number }
@@ -75,14 +80,28 @@ const add = (t: PauseTotals, ms: number) => {
 }
 
 /**
- * The calling thread's time on a CPU and waiting for one, in ms, from Linux's schedstat
- * ("<on cpu ns> <waiting on a run queue ns> <timeslices>"); elsewhere its CPU time alone.
+ * The main thread's time on a CPU and waiting for one, in ms, from Linux's schedstat ("<on cpu
+ * ns> <waiting on a run queue ns> <timeslices>"), read again through a descriptor kept open;
+ * elsewhere its CPU time alone. Called from the main thread only.
  */
-function threadTimes(): { cpuMs: number; queuedMs: number } {
+function threadTimesReader(): () => { cpuMs: number; queuedMs: number } {
+  const text = Buffer.alloc(128)
+  let fd = -1
   try {
-    const [cpu, queued] = readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')
-    return { cpuMs: Number(cpu) / 1e6, queuedMs: Number(queued) / 1e6 }
+    fd = openSync('/proc/thread-self/schedstat', 'r')
   } catch {
+    // Not Linux: CPU time only.
+  }
+  return () => {
+    if (fd >= 0) {
+      try {
+        const [cpu, queued] = text.toString('latin1', 0, readSync(fd, text, 0, text.length, 0)).split(' ')
+        return { cpuMs: Number(cpu) / 1e6, queuedMs: Number(queued) / 1e6 }
+      } catch {
+        closeSync(fd)
+        fd = -1
+      }
+    }
     const { user, system } = process.threadCpuUsage()
     return { cpuMs: (user + system) / 1000, queuedMs: 0 }
   }
@@ -151,8 +170,8 @@ export async function startProfile(kind: 'cpu' | 'heap'): Promise<{ stop(file: s
  * starts over. `watchPublished(bus)` adds the time each stamped text chunk was published.
  */
 export function watchService(walPath: string | null): { sample(): ServiceSample; watchPublished(bus: EventBus): void } {
-  const delay = monitorEventLoopDelay({ resolution: RESOLUTION_MS })
-  delay.enable()
+  const delay = createHistogram()
+  const threadTimes = threadTimesReader()
   let since = preciseNow()
   let gc = totals()
   let stalls = { ...totals(), cpuMs: 0, queuedMs: 0 }
@@ -176,15 +195,15 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
     }
   }).observe({ entryTypes: ['gc'] })
 
-  // The same kind of timer as the histogram's, but each stall is kept with its time and where the
-  // main thread was meanwhile: on the CPU (agentd's own work), queued for a core (the machine is
-  // busy), or blocked (waiting for I/O).
+  // A stall is kept with where the main thread was meanwhile: on the CPU (agentd's own work),
+  // queued for a core (the machine is busy), or blocked (waiting for I/O).
   let lastTick = performance.now()
   let last = threadTimes()
   setInterval(() => {
     const tick = performance.now()
     const times = threadTimes()
-    const late = tick - lastTick - RESOLUTION_MS
+    const late = Math.max(0, tick - lastTick - TICK_MS)
+    delay.record(Math.max(1, Math.round(late * 1e6)))
     if (late >= PAUSE_MS) {
       const cpuMs = times.cpuMs - last.cpuMs
       const queuedMs = times.queuedMs - last.queuedMs
@@ -197,7 +216,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
     cpuClock.cpuMs.push(times.cpuMs)
     lastTick = tick
     last = times
-  }, RESOLUTION_MS).unref()
+  }, TICK_MS).unref()
 
   // The store's group commit is BEGIN IMMEDIATE, the batch's statements, COMMIT, all in one turn.
   // A COMMIT that crosses wal_autocheckpoint pages also checkpoints the WAL before it returns; the
@@ -225,9 +244,9 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
     const ended = performance.now()
     if (sql !== 'COMMIT') {
       batchStatements++
-      const totals = statements[sql] ?? (statements[sql] = { count: 0, totalMs: 0 })
-      totals.count++
-      totals.totalMs += ended - started
+      const kind = statements[sql] ?? (statements[sql] = { count: 0, totalMs: 0 })
+      kind.count++
+      kind.totalMs += ended - started
       return result
     }
     add(commits, ended - started)
@@ -262,7 +281,6 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       const ms = (ns: number) => ns / 1e6
       const sample: ServiceSample = {
         seconds: (now - since) / 1000,
-        // The histogram holds how late each RESOLUTION_MS timer fired, the interval itself included.
         loopDelay: { p50: ms(delay.percentile(50)), p99: ms(delay.percentile(99)), max: ms(delay.max) },
         stalls, gc, groupCommits, commits, checkpoints, statements, pauses, cpuClock, published
       }
