@@ -18,7 +18,15 @@ const WARMUP = 10
  * latency: the time from a text chunk leaving the model to its SSE frame reaching a client. The
  * stamping model writes its send time into each chunk's text; the client, on the same machine and
  * clock, subtracts it from the time the frame's bytes arrived. Measured with one run at a time,
- * then with CONCURRENT runs streaming at once.
+ * then with CONCURRENT runs streaming at once, ROUNDS times (each round creates its sessions, then
+ * posts all its messages at once).
+ *
+ * Where the time goes, from agentd's own watch (bench/service-watch.ts): when each chunk was
+ * published inside agentd (the client's own delay left out), agentd's main-thread CPU clock (the
+ * CPU time per session, per run start and per chunk, and the CPU time a chunk was in flight for,
+ * which other processes on the machine do not change), and its pauses: stalls of the event loop
+ * (on a CPU, queued for one), GC, long group commits and WAL checkpoints. The last table gives
+ * the p99 of the chunks left once those in flight during each kind of pause are set aside.
  */
 export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: INTERVAL_MS, toolName: 'fs_list' })
@@ -73,6 +81,7 @@ export async function run(): Promise<void> {
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
     console.log('published: from the model\'s send to agentd handing the event to its SSE streams (the client\'s own delay left out);')
     console.log('CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled to the client (other processes do not count)')
+    // A chunk is known by its send time, to the µs: two that share one share the entry.
     const published = new Map<number, number>()
     for (const { sentAt, delay } of [aloneService.published, loadedService.published]) sentAt.forEach((at, i) => published.set(at, delay[i] as number))
     const row = (label: string, chunks: Chunk[], service: ServiceSample) => {
