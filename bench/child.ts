@@ -12,6 +12,8 @@ export interface ChildServer {
   memory(): Promise<ChildMemory>
   /** Asks it to close and exit; kills it if it has not exited within 10 s. */
   close(): Promise<void>
+  /** Asks it a question it serves (serveChild's `answers`), with an argument, and resolves with its answer. */
+  ask<T>(question: string, argument?: string): Promise<T>
 }
 
 /** A child's process.memoryUsage(), and whether a forced GC ran just before it was taken. */
@@ -23,6 +25,10 @@ export interface ChildMemory extends NodeJS.MemoryUsage {
    */
   youngGeneration: number
 }
+
+/** What the bench sends a child besides 'close': a question, and what the child sends back. */
+interface Question { ask: string; argument?: string | undefined; id: number }
+interface Answer { id: number; answer?: unknown; error?: string }
 
 const children = new Set<ChildProcess>()
 // A bench that crashes or is interrupted must not leave servers behind.
@@ -50,6 +56,19 @@ export async function startChild(entry: string, args: string[], execArgv: string
       resolve(message.url)
     })
   })
+  const waiting = new Map<number, { resolve: (value: unknown) => void; reject: (err: Error) => void }>()
+  let asked = 0
+  child.on('message', (message: Answer) => {
+    const question = waiting.get(message.id)
+    if (!question) return
+    waiting.delete(message.id)
+    if (message.error !== undefined) question.reject(new Error(message.error))
+    else question.resolve(message.answer)
+  })
+  child.once('exit', () => {
+    for (const question of waiting.values()) question.reject(new Error(`bench child ${entry} exited before it answered`))
+    waiting.clear()
+  })
   return {
     url,
     pid: child.pid ?? 0,
@@ -68,6 +87,13 @@ export async function startChild(entry: string, args: string[], execArgv: string
       child.send('memory')
       return answer
     },
+    ask<T>(question: string, argument?: string) {
+      const id = ++asked
+      return new Promise<T>((resolve, reject) => {
+        waiting.set(id, { resolve: resolve as (value: unknown) => void, reject })
+        child.send({ ask: question, argument, id } satisfies Question)
+      })
+    },
     async close() {
       if (child.exitCode !== null || child.signalCode !== null) return
       const exited = once(child, 'exit')
@@ -81,24 +107,32 @@ export async function startChild(entry: string, args: string[], execArgv: string
 
 /**
  * The child's side: reports `url` to the bench, answers 'memory' with its memory usage (after a
- * full GC when started with --expose-gc), and on 'close' (or when the bench goes away) runs
- * `close` and exits, so that --cpu-prof can write its profile.
+ * full GC when started with --expose-gc) and the bench's questions from `answers`, and on 'close'
+ * (or when the bench goes away) runs `close` and exits, so that --cpu-prof can write its profile.
  */
-export function serveChild(url: string, close: () => Promise<void>): void {
+export function serveChild(url: string, close: () => Promise<void>, answers: Record<string, (argument?: string) => unknown> = {}): void {
   let closing = false
   const stop = () => {
     if (closing) return
     closing = true
     close().finally(() => process.exit(0))
   }
-  process.on('message', (message) => {
-    if (message === 'close') stop()
+  process.on('message', (message: 'close' | 'memory' | Question) => {
+    if (message === 'close') return stop()
     if (message === 'memory') {
       const gc = (globalThis as { gc?: () => void }).gc
       gc?.()
       const youngGeneration = getHeapSpaceStatistics().find((space) => space.space_name === 'new_space')?.physical_space_size ?? 0
       process.send?.({ memory: { ...process.memoryUsage(), collected: gc !== undefined, youngGeneration } })
     }
+    if (typeof message === 'string') return
+    const answer = answers[message.ask]
+    const reply = (sent: Answer) => process.send?.(sent)
+    if (!answer) return reply({ id: message.id, error: `no answer to ${message.ask}` })
+    Promise.resolve(message.argument).then(answer).then(
+      (value) => reply({ id: message.id, answer: value }),
+      (err: unknown) => reply({ id: message.id, error: err instanceof Error ? err.message : String(err) })
+    )
   })
   process.on('disconnect', stop)
   process.send?.({ url })

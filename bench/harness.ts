@@ -39,13 +39,19 @@ export function sqliteSetting(): BenchSqlite {
 /**
  * agentd in its own process, its SQLite file (or `:memory:`) and workspaces in a temporary folder
  * removed after it exits. With BENCH_CPU_PROF=1 it runs under --cpu-prof and its profile is
- * summarised when it closes. `execArgv` adds Node flags (--expose-gc for memory figures).
+ * summarised when it closes. `execArgv` adds Node flags (--expose-gc for memory figures);
+ * `watch`: it answers `ask('sample')` with a ServiceSample (bench/service-watch.ts).
  */
-export async function startServiceProcess(modelUrl: string, sqlite: BenchSqlite = 'file', execArgv: string[] = []): Promise<ChildServer> {
+export async function startServiceProcess(
+  modelUrl: string, sqlite: BenchSqlite = 'file', execArgv: string[] = [], options: { watch?: boolean } = {}
+): Promise<ChildServer> {
   const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
   const profiling = Boolean(process.env['BENCH_CPU_PROF'])
-  const flags = [...execArgv, ...(profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])]
-  const service = await startChild('./service-process.ts', [modelUrl, dir], flags, sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {})
+  // BENCH_SERVICE_FLAGS: Node flags for agentd's process only, e.g. "--trace-gc --max-semi-space-size=8".
+  const extra = (process.env['BENCH_SERVICE_FLAGS'] ?? '').split(' ').filter(Boolean)
+  const flags = [...execArgv, ...extra, ...(profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])]
+  const env = { ...(sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {}), ...(options.watch ? { BENCH_SERVICE_WATCH: '1' } : {}) }
+  const service = await startChild('./service-process.ts', [modelUrl, dir], flags, env)
     .catch((err: unknown) => {
       rmSync(dir, { recursive: true, force: true })
       throw err

@@ -1,5 +1,8 @@
+import { writeFileSync } from 'node:fs'
 import { AgentdClient, callJson, cpuMeter, originOf, startServiceProcess, startStampingModelProcess } from './harness.ts'
+import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
+import { PAUSE_MS, type Pause, type ServiceSample } from './service-watch.ts'
 import { preciseNow } from './stamping-model.ts'
 
 const CHUNKS = 20
@@ -7,59 +10,219 @@ const CHUNKS = 20
 const INTERVAL_MS = 20
 const ALONE_RUNS = 50
 const CONCURRENT = 100
-const ROUNDS = 3
+/** BENCH_LATENCY_ROUNDS: more rounds of CONCURRENT runs, for a steadier tail. */
+const ROUNDS = Number(process.env['BENCH_LATENCY_ROUNDS'] ?? 3)
 const WARMUP = 10
 
 /**
  * latency: the time from a text chunk leaving the model to its SSE frame reaching a client. The
  * stamping model writes its send time into each chunk's text; the client, on the same machine and
  * clock, subtracts it from the time the frame's bytes arrived. Measured with one run at a time,
- * then with CONCURRENT runs streaming at once.
+ * then with CONCURRENT runs streaming at once, ROUNDS times (each round creates its sessions, then
+ * posts all its messages at once).
+ *
+ * Where the time goes, from agentd's own watch (bench/service-watch.ts): when each chunk was
+ * published inside agentd (the client's own delay left out), agentd's main-thread CPU clock (the
+ * CPU time per session, per run start and per chunk, and the CPU time a chunk was in flight for,
+ * which other processes on the machine do not change), and its pauses: stalls of the event loop
+ * (on a CPU, queued for one), GC, long group commits and WAL checkpoints. The last table gives
+ * the p99 of the chunks left once those in flight during each kind of pause are set aside.
  */
 export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: INTERVAL_MS, toolName: 'fs_list' })
-  const service = await startServiceProcess(model.url)
+  const service = await startServiceProcess(model.url, 'file', [], { watch: true })
   const agentd = new AgentdClient(service.url, CONCURRENT + 4)
   try {
     const offset = await clockOffset(originOf(model.url))
 
-    /** One run's chunk delays, in ms. */
-    const sample = async (sessionId: string): Promise<number[]> => {
-      const delays: number[] = []
+    /** One run's chunks, in order, and when its stream's first event arrived. */
+    const sample = async (sessionId: string): Promise<Chunk[] & { openedAt: number }> => {
+      const chunks = Object.assign([] as Chunk[], { openedAt: 0 })
       const done = await agentd.streamMessage(sessionId, 'Stream me some timestamps.', (type, data, receivedAt) => {
-        if (type === 'text_chunk') delays.push(receivedAt - Number((JSON.parse(data) as { data: { delta: string } }).data.delta))
+        chunks.openedAt ||= receivedAt
+        if (type !== 'text_chunk') return
+        const sentAt = Number((JSON.parse(data) as { data: { delta: string } }).data.delta)
+        chunks.push({ index: chunks.length, sentAt, delay: receivedAt - sentAt, whileStarting: false })
       })
-      if (done.reason !== 'completed' || delays.length !== CHUNKS) throw new Error(`a run ended ${done.reason} with ${delays.length} chunks`)
-      return delays
+      if (done.reason !== 'completed' || chunks.length !== CHUNKS) throw new Error(`a run ended ${done.reason} with ${chunks.length} chunks`)
+      return chunks
     }
     // Text only: tool steps would not change how a chunk travels.
     const session = () => agentd.createSession({ tools: [] })
 
     for (let i = 0; i < WARMUP; i++) await sample(await session())
-    const alone: number[] = []
+    await service.ask<ServiceSample>('sample')
+    const alone: Chunk[] = []
     for (let i = 0; i < ALONE_RUNS; i++) alone.push(...(await sample(await session())))
-    const loaded: number[] = []
+    const aloneService = await service.ask<ServiceSample>('sample')
+    const loaded: Chunk[] = []
+    // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the runs stream at once, and nothing else;
+    // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead.
+    const heapProfile = process.env['BENCH_LATENCY_HEAP_PROF']
+    const profile = heapProfile ?? process.env['BENCH_LATENCY_PROF']
+    if (profile) await service.ask('profile', heapProfile ? 'heap' : 'cpu')
     const cpu = cpuMeter({ agentd: service.pid, model: model.pid })
+    const rounds: Round[] = []
     for (let round = 0; round < ROUNDS; round++) {
+      const startedAt = preciseNow()
       const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
-      for (const delays of await Promise.all(sessions.map(sample))) loaded.push(...delays)
+      const sessionsAt = preciseNow()
+      const runs = await Promise.all(sessions.map(sample))
+      rounds.push({ startedAt, sessionsAt, openedAt: Math.max(...runs.map((chunks) => chunks.openedAt)), endedAt: preciseNow() })
+      // Until the last run's first chunk, runs of the round were still being started.
+      const started = Math.max(...runs.map((chunks) => (chunks[0] as Chunk).sentAt))
+      for (const chunks of runs) for (const chunk of chunks) loaded.push({ ...chunk, whileStarting: chunk.sentAt <= started })
     }
     const loadedCpu = cpu.stop()
+    if (profile) await service.ask('profiled', profile)
+    const loadedService = await service.ask<ServiceSample>('sample')
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
-    const row = (label: string, values: number[]) => [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values))]
+    console.log('published: from the model\'s send to agentd handing the event to its SSE streams (the client\'s own delay left out);')
+    console.log('CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled to the client (other processes do not count)')
+    // A chunk is known by its send time, to the µs: two that share one share the entry.
+    const published = new Map<number, number>()
+    for (const { sentAt, delay } of [aloneService.published, loadedService.published]) sentAt.forEach((at, i) => published.set(at, delay[i] as number))
+    const row = (label: string, chunks: Chunk[], service: ServiceSample) => {
+      const values = chunks.map((chunk) => chunk.delay)
+      const inAgentd = chunks.map((chunk) => published.get(chunk.sentAt) ?? Number.NaN).filter(Number.isFinite)
+      const work = chunks.map(cpuInFlight(service.cpuClock))
+      return [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values)),
+        fmt(percentile(inAgentd, 50)), fmt(percentile(inAgentd, 99)), fmt(percentile(work, 99))]
+    }
     printTable([
-      ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms'],
-      row('1 at a time', alone),
-      row(`${CONCURRENT} at once`, loaded)
+      ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms', 'published p50', 'p99', 'CPU in flight p99'],
+      row('1 at a time', alone, aloneService),
+      row(`${CONCURRENT} at once`, loaded, loadedService),
+      row('  first chunk of a run', loaded.filter((chunk) => chunk.index === 0), loadedService),
+      row(`  chunks 2..${CHUNKS}`, loaded.filter((chunk) => chunk.index > 0), loadedService),
+      row('  sent while runs were starting', loaded.filter((chunk) => chunk.whileStarting), loadedService),
+      row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting), loadedService)
     ])
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
+    const cpuAt = cpuClockAt(loadedService.cpuClock)
+    const spent = (from: keyof Round, to: keyof Round) => rounds.reduce((sum, round) => sum + cpuAt(round[to]) - cpuAt(round[from]), 0)
+    const runs = CONCURRENT * rounds.length
+    console.log(`agentd's main thread, CPU with ${CONCURRENT} at once: ${fmt((1000 * spent('startedAt', 'sessionsAt')) / runs, 0)} µs per session created, ` +
+      `${fmt((1000 * spent('sessionsAt', 'openedAt')) / runs, 0)} µs per run started (message POSTed, its stream opened, its model call made), ` +
+      `${fmt((1000 * spent('openedAt', 'endedAt')) / loaded.length, 0)} µs per chunk after that (the runs' ends included)`)
+    console.log('\nagentd meanwhile (its own event loop, GC and SQLite):')
+    printTable([
+      ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms',
+        'group commits: n, statements, total, max ms, >= 5 ms', 'WAL checkpoints: n, total, max ms'],
+      serviceRow('1 at a time', aloneService),
+      serviceRow(`${CONCURRENT} at once`, loadedService)
+    ])
+    const statements = Object.entries(loadedService.statements).sort((a, b) => b[1].totalMs - a[1].totalMs).slice(0, 4)
+    console.log(`SQLite with ${CONCURRENT} at once: ${loadedService.commits.count} COMMITs ${fmt((1000 * loadedService.commits.totalMs) / loadedService.commits.count, 0)} µs each` +
+      statements.map(([kind, { count, totalMs }]) => `, ${count} × ${kind} ${fmt((1000 * totalMs) / count, 0)} µs`).join(''))
+    attributeTail(loaded, loadedService.pauses, published)
+    // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
+    const dump = process.env['BENCH_LATENCY_DUMP']
+    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, aloneService, loadedService }))
+    if (profile && !heapProfile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
+    if (heapProfile) console.log(`agentd's allocations while ${CONCURRENT} runs streamed at once: ${heapProfile} (Chrome DevTools, Memory tab)`)
   } finally {
     await agentd.close()
     await service.close()
     await model.close()
   }
+}
+
+/** The phases of a round, as times of the bench's clock: sessions created, then every run's stream open, then all done. */
+interface Round {
+  startedAt: number
+  sessionsAt: number
+  openedAt: number
+  endedAt: number
+}
+
+/** A text chunk as the client saw it: its place in the run, when the model sent it and how long it took, in ms. */
+interface Chunk {
+  index: number
+  sentAt: number
+  delay: number
+  /** Sent before the last run of its round had its first chunk: while sessions and runs were still being created. */
+  whileStarting: boolean
+}
+
+function serviceRow(label: string, sample: ServiceSample): string[] {
+  const { loopDelay, stalls, gc, groupCommits, checkpoints } = sample
+  return [
+    label,
+    `${fmt(loopDelay.p50)} / ${fmt(loopDelay.p99)} / ${fmt(loopDelay.max)}`,
+    `${stalls.count}, ${fmt(stalls.totalMs, 0)}, ${fmt(stalls.cpuMs, 0)}, ${fmt(stalls.queuedMs, 0)}`,
+    `${gc.count}, ${fmt(gc.totalMs, 0)}, ${fmt(gc.maxMs, 1)}, ${gc.long}`,
+    `${groupCommits.count}, ${groupCommits.statements}, ${fmt(groupCommits.totalMs, 0)}, ${fmt(groupCommits.maxMs, 1)}, ${groupCommits.long}`,
+    `${checkpoints.count}, ${fmt(checkpoints.totalMs, 0)}, ${fmt(checkpoints.maxMs, 1)}`
+  ]
+}
+
+/**
+ * For a chunk, the CPU time (ms) agentd's main thread spent between the chunk's send and its
+ * arrival, from the watch's clock of main-thread CPU time (interpolated between its ticks). On a
+ * machine where agentd had a core to itself, that is the work the chunk waited for; it does not
+ * grow when other processes take the cores, as the wall time does.
+ */
+function cpuInFlight(clock: ServiceSample['cpuClock']): (chunk: Chunk) => number {
+  const cpuAt = cpuClockAt(clock)
+  return (chunk) => cpuAt(chunk.sentAt + chunk.delay) - cpuAt(chunk.sentAt)
+}
+
+/** agentd's main-thread CPU time (ms) at a moment (preciseNow), interpolated between the ticks of the watch's clock. */
+function cpuClockAt(clock: ServiceSample['cpuClock']): (time: number) => number {
+  const { at, cpuMs } = clock
+  const cpuAt = (time: number): number => {
+    let lo = 0
+    let hi = at.length - 1
+    if (hi < 0) return Number.NaN
+    if (time <= (at[0] as number)) return cpuMs[0] as number
+    if (time >= (at[hi] as number)) return cpuMs[hi] as number
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >> 1
+      if ((at[mid] as number) <= time) lo = mid
+      else hi = mid
+    }
+    const share = (time - (at[lo] as number)) / ((at[hi] as number) - (at[lo] as number))
+    return (cpuMs[lo] as number) + share * ((cpuMs[hi] as number) - (cpuMs[lo] as number))
+  }
+  return cpuAt
+}
+
+/** Why a chunk may have been late: something it was in flight during. */
+const CAUSES: Array<{ label: string; hit: (chunk: Chunk, during: (kind: Pause['kind'], also?: (pause: Pause) => boolean) => boolean) => boolean }> = [
+  { label: 'runs of its round still starting', hit: (chunk) => chunk.whileStarting },
+  { label: 'a WAL checkpoint', hit: (_, during) => during('checkpoint') },
+  { label: `a GC pause >= ${PAUSE_MS} ms`, hit: (_, during) => during('gc minor') || during('gc major') || during('gc other') },
+  { label: `another group commit >= ${PAUSE_MS} ms`, hit: (_, during) => during('group commit') },
+  { label: `a stall >= ${PAUSE_MS} ms queued for a core`, hit: (_, during) => during('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_MS) },
+  { label: `a turn with >= ${PAUSE_MS} ms of agentd's own work`, hit: (_, during) => during('stall', (pause) => (pause.cpuMs ?? 0) >= PAUSE_MS) }
+]
+
+/**
+ * Where the tail comes from: the p99 of the chunks left once those in flight during each cause
+ * (and the causes above it) are set aside, beside how many chunks each cause touched on its own.
+ * Chunks set aside are not the only ones a pause delays (the backlog it leaves delays the next
+ * ones), so the p99 left is an upper bound of what removing the cause would give.
+ */
+function attributeTail(chunks: Chunk[], pauses: Pause[], published: Map<number, number>): void {
+  const duringOf = (chunk: Chunk) => (kind: Pause['kind'], also: (pause: Pause) => boolean = () => true) =>
+    pauses.some((pause) => pause.kind === kind && pause.endedAt > chunk.sentAt && pause.endedAt - pause.ms < chunk.sentAt + chunk.delay && also(pause))
+  const causes = chunks.map((chunk) => {
+    const during = duringOf(chunk)
+    return CAUSES.map((cause) => cause.hit(chunk, during))
+  })
+  const p99 = (kept: Chunk[]) => [fmt(percentile(kept.map((chunk) => chunk.delay), 99)),
+    fmt(percentile(kept.map((chunk) => published.get(chunk.sentAt) ?? Number.NaN).filter(Number.isFinite), 99))]
+  const rows = [['chunks in flight during …', 'share of chunks', 'p99 ms of the rest', 'published p99'], ['(all chunks)', '100 %', ...p99(chunks)]]
+  CAUSES.forEach((cause, i) => {
+    const alone = causes.filter((hits) => hits[i]).length
+    const kept = chunks.filter((_, c) => !(causes[c] as boolean[]).slice(0, i + 1).some(Boolean))
+    rows.push([`${i === 0 ? '' : '+ '}${cause.label}`, `${fmt((100 * alone) / chunks.length, 1)} %`, ...p99(kept)])
+  })
+  console.log(`\nwhere the tail comes from with ${CONCURRENT} at once (each row also sets aside the chunks of the rows above):`)
+  printTable(rows)
 }
 
 /** How far the model process's clock is from the bench's, from the fastest of 20 round trips. */

@@ -3,18 +3,42 @@
  * (real persistence), on SQLite `:memory:` with BENCH_SERVICE_SQLITE=memory, or, from
  * bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
  * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
+ *
+ * For the latency bench, and for trying a change to the store without making it:
+ * - BENCH_SERVICE_WATCH=1: it watches its own event loop, GC and SQLite statements
+ *   (bench/service-watch.ts) and answers the bench's questions: 'sample' (what it saw since the
+ *   last one), 'profile' then 'profiled' (one phase of the bench profiled, CPU or heap);
+ * - BENCH_SQLITE_PRAGMAS="wal_autocheckpoint=10000; …": pragmas run right after the store's own;
+ * - BENCH_SERVICE_STORE=<module>: a variant of the SQLite store (a module exporting SqliteStore,
+ *   constructed with the file's path), opened as src/store/index.ts opens the store.
  */
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import { buildApp } from '../src/app.ts'
 import { loadConfig } from '../src/config.ts'
 import { createOpenAIProvider } from '../src/model/provider.ts'
+import type { Store } from '../src/store/store.ts'
 import { serveChild } from './child.ts'
+import { startProfile, watchService } from './service-watch.ts'
 
 const [modelUrl, dir] = process.argv.slice(2)
 if (!modelUrl || !dir) throw new Error('usage: service-process.ts <model base URL> <data folder>')
+const memory = process.env['BENCH_SERVICE_SQLITE'] === 'memory'
+// Before the store opens: the watch times the store's statements.
+const watch = process.env['BENCH_SERVICE_WATCH'] ? watchService(memory || process.env['BENCH_SERVICE_DATABASE_URL'] ? null : join(dir, 'agentd.db-wal')) : null
+// After the store's own pragmas: its first exec that sets journal_mode.
+const pragmas = process.env['BENCH_SQLITE_PRAGMAS']
+if (pragmas) {
+  const exec = DatabaseSync.prototype.exec
+  DatabaseSync.prototype.exec = function (this: DatabaseSync, sql: string) {
+    exec.call(this, sql)
+    if (sql.includes('journal_mode')) exec.call(this, pragmas.split(';').filter((p) => p.trim()).map((p) => `PRAGMA ${p.trim()};`).join(' '))
+  }
+}
+let profiler: Awaited<ReturnType<typeof startProfile>> | null = null
 
 const config = loadConfig({
-  AGENTD_DB: process.env['BENCH_SERVICE_SQLITE'] === 'memory' ? ':memory:' : join(dir, 'agentd.db'),
+  AGENTD_DB: memory ? ':memory:' : join(dir, 'agentd.db'),
   AGENTD_WORKSPACES: join(dir, 'workspaces'),
   OPENAI_BASE_URL: modelUrl,
   OPENAI_API_KEY: 'bench',
@@ -30,15 +54,33 @@ const config = loadConfig({
   ...(process.env['BENCH_SERVICE_DATABASE_URL'] ? { DATABASE_URL: process.env['BENCH_SERVICE_DATABASE_URL'] } : {})
 })
 const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: modelUrl })
-const app = await buildApp({ config, model })
+const variant = process.env['BENCH_SERVICE_STORE']
+const store = variant
+  ? new ((await import(variant)) as { SqliteStore: new (path: string) => Store & { migrate(): Promise<void> } }).SqliteStore(config.db)
+  : undefined
+await store?.migrate()
+const app = await buildApp({ config, model, ...(store ? { store } : {}) })
+watch?.watchPublished(app.agentd.bus)
 await app.listen({ host: '127.0.0.1', port: 0 })
 const address = app.server.address()
 if (!address || typeof address === 'string') throw new Error('no address')
 
 serveChild(`http://127.0.0.1:${address.port}`, async () => {
   await app.close()
+  await store?.close()
   await model.close()
-})
+}, watch ? {
+  sample: () => watch.sample(),
+  // One phase of the bench profiled: 'profile' with 'cpu' or 'heap' starts, 'profiled' with a file name stops and writes it.
+  profile: async (kind) => {
+    profiler = await startProfile(kind === 'heap' ? 'heap' : 'cpu')
+  },
+  profiled: async (file) => {
+    if (!profiler || !file) throw new Error('profiled <file> comes after profile')
+    await profiler.stop(file)
+    profiler = null
+  }
+} : {})
 // BENCH_ELU=1: the share of time agentd's event loop is busy, every 2 s on stderr (1.00 = its one thread is the limit).
 if (process.env['BENCH_ELU']) {
   let last = performance.eventLoopUtilization()
