@@ -7,7 +7,7 @@ import type { Usage } from '../../schemas/common.ts'
 import type { EventChannel, MessageRecord, SessionRecord, StoreWrite } from '../../store/store.ts'
 import { assembleContext, cutText, planContext, truncationText, type Bridge, type ContextPlan, type PlanOptions } from './planner.ts'
 import { messageCount, summarise, summaryFailed } from './summariser.ts'
-import { byteCounter, memoized, tokenCounterFor, toolDefinitionTokens, type TokenCounter } from './token-counter.ts'
+import { byteCounter, memoized, tokenCounterFor, toolDefinitionTokens, type MemoizedCounter, type TokenCounter } from './token-counter.ts'
 
 export interface ContextWindowOptions {
   session: SessionRecord
@@ -36,7 +36,7 @@ export interface ContextWindowOptions {
  */
 export class ContextWindow {
   readonly #options: ContextWindowOptions
-  #counter: TokenCounter | null = null
+  #counter: MemoizedCounter | null = null
 
   constructor(options: ContextWindowOptions) {
     this.#options = options
@@ -59,6 +59,7 @@ export class ContextWindow {
       if (bound.tokensBefore <= bytes.budget) return assembleContext(bound, this.#storedBridge(bound.view.summary), bytes).messages
     }
     this.#counter ??= memoized(await tokenCounterFor(session.model))
+    await this.#counter.prime(textsOf(history))
     const options = this.#planOptions(this.#counter, harder)
     const plan = planContext(history, options)
     const stored = plan.view.summary
@@ -145,5 +146,13 @@ export class ContextWindow {
   /** The stored summary as the bridge of the request, if there is one. */
   #storedBridge(summary: MessageRecord | null): Bridge | null {
     return summary ? { kind: 'summary', text: summary.content ?? '', messages: summary.replacesMessages ?? 0 } : null
+  }
+}
+
+/** The texts of a history that the planner counts: contents and tool-call arguments. */
+function* textsOf(history: MessageRecord[]): Iterable<string> {
+  for (const message of history) {
+    if (message.content) yield message.content
+    for (const call of message.toolCalls ?? []) yield call.arguments
   }
 }

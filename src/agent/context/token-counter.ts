@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises'
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions'
 
 /** Counts tokens of text the way one model family does, or estimates them. */
@@ -57,8 +58,24 @@ function encodingCounter(
   return { encoding, count: (text) => countTokens(text, options) }
 }
 
+/**
+ * Text a tokenizer counts in one go; a longer text is counted a slice at a time, between turns of
+ * the event loop. Small, because a tokenizer can take time quadratic in a run without spaces.
+ */
+const SLICE_CHARS = 4 * 1024
+
+/** A counter that remembers counts, and can count long texts without holding the event loop. */
+export interface MemoizedCounter extends TokenCounter {
+  /**
+   * Counts the long texts among these ahead of time, a slice per turn of the event loop, so that
+   * the planner's synchronous counts find them remembered: tokenizing a 2 MB message in one go
+   * holds every other request of the process for a second or more.
+   */
+  prime(texts: Iterable<string>): Promise<void>
+}
+
 /** A counter that remembers the counts of texts it has seen: a history is counted again before every model call. */
-export function memoized(counter: TokenCounter): TokenCounter {
+export function memoized(counter: TokenCounter): MemoizedCounter {
   const seen = new Map<string, number>()
   return {
     encoding: counter.encoding,
@@ -69,6 +86,25 @@ export function memoized(counter: TokenCounter): TokenCounter {
         seen.set(text, n)
       }
       return n
+    },
+    async prime(texts) {
+      for (const text of texts) {
+        if (text.length <= SLICE_CHARS || seen.has(text)) continue
+        // Slices end after a space where there is one near, so few tokens are split; a token
+        // split at a slice's end counts at most once more, which only overcounts.
+        let n = 0
+        for (let at = 0; at < text.length;) {
+          let end = Math.min(text.length, at + SLICE_CHARS)
+          if (end < text.length) {
+            const space = text.lastIndexOf(' ', end)
+            if (space > at + SLICE_CHARS / 2) end = space + 1
+          }
+          n += counter.count(text.slice(at, end))
+          at = end
+          await setImmediate()
+        }
+        seen.set(text, n)
+      }
     }
   }
 }

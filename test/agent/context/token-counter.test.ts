@@ -1,0 +1,34 @@
+import t from 'tap'
+import { memoized, tokenCounterFor, type TokenCounter } from '../../../src/agent/context/token-counter.ts'
+
+/** A counter that says what it was asked to count: one token per character. */
+function recording(): TokenCounter & { asked: number[] } {
+  const asked: number[] = []
+  return { encoding: 'estimate', asked, count: (text) => (asked.push(text.length), text.length) }
+}
+
+t.test('a long text is counted ahead, a slice per turn of the event loop, and remembered', async (t) => {
+  const inner = recording()
+  const counter = memoized(inner)
+  const long = 'word '.repeat(40_000)
+  let turns = 0
+  const ticking = setInterval(() => turns++, 0)
+  await counter.prime(['short', long])
+  clearInterval(ticking)
+  t.ok(inner.asked.length > 10 && inner.asked.every((n) => n <= 4096), `sliced: ${inner.asked.length} slices, none over 4 KiB`)
+  t.notOk(inner.asked.includes(5), 'a short text is left for the planner to count')
+  t.ok(turns > 0, 'other work ran between the slices')
+  const before = inner.asked.length
+  t.equal(counter.count(long), long.length, 'the slices add up to the whole')
+  t.equal(inner.asked.length, before, 'and the count is remembered: the planner does not tokenize it again')
+})
+
+t.test('with a real tokenizer, a count made in slices is the whole count or a little above it', async (t) => {
+  const real = await tokenCounterFor('gpt-4o')
+  const text = 'The workspace was listed and it holds a README, a src folder and tests. '.repeat(2000)
+  const counter = memoized(real)
+  await counter.prime([text])
+  const whole = real.count(text)
+  const sliced = counter.count(text)
+  t.ok(sliced >= whole && sliced <= whole * 1.01, `sliced ${sliced}, whole ${whole}`)
+})
