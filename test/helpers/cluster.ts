@@ -30,7 +30,8 @@ export async function startCluster(t: TapTest, count: number, env: Record<string
   const dir = tempDir(t)
   const clusterEnv = {
     DATABASE_URL: schemaUrl(schema), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'test',
-    AGENTD_RUN_LEASE_MS: '1500', ...env
+    // The tests poll every 10 ms for seconds; a rate limit would answer 429 before what they wait for comes.
+    AGENTD_RUN_LEASE_MS: '1500', AGENTD_RATE_LIMIT_MAX: '0', ...env
   }
   const started: ServerProcess[] = []
   t.teardown(async () => {
@@ -53,7 +54,11 @@ export async function startCluster(t: TapTest, count: number, env: Record<string
     })
     return { status: res.status, json: await res.json().catch(() => null) }
   }
-  const events: Cluster['events'] = async (server, sessionId) => (await api(server, 'GET', `/v1/sessions/${sessionId}/events?limit=1000`, undefined, { accept: 'application/json' })).json.data
+  const events: Cluster['events'] = async (server, sessionId) => {
+    const res = await api(server, 'GET', `/v1/sessions/${sessionId}/events?limit=1000`, undefined, { accept: 'application/json' })
+    if (res.status !== 200) throw new Error(`GET events of ${sessionId} answered ${res.status}: ${JSON.stringify(res.json)}`)
+    return res.json.data
+  }
   return {
     servers, devModel, env: clusterEnv, start, api, events, until,
     eventOf: (server, sessionId, match, timeoutMs = 10_000, what = 'event') =>
