@@ -110,7 +110,7 @@ class HotStatements {
     this.session = db.prepare(`${SELECT_SESSION} WHERE id = ? AND tenant = ?`)
     this.sessionById = db.prepare(`${SELECT_SESSION} WHERE id = ?`)
     this.countSessions = db.prepare('SELECT sessions FROM tenant_stats WHERE tenant = ?')
-    this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq')
+    this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?')
     this.messages = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos')
   }
 
@@ -535,9 +535,9 @@ export class SqliteStore implements Store {
   }
 
   async listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]> {
-    // The common query (a replay from a point: the POST stream's, a reconnect's) has a statement of its own.
-    if (query.untilSeq === undefined && !query.channels?.length && !query.types?.length && query.limit === undefined) {
-      return (this.#hot.eventsAfter.all(sessionId, query.after) as Row[]).map(toEvent)
+    // The common query (a replay from a point, a page at a time: the POST stream's, a reconnect's) has a statement of its own.
+    if (query.untilSeq === undefined && !query.channels?.length && !query.types?.length) {
+      return (this.#hot.eventsAfter.all(sessionId, query.after, query.limit ?? -1) as Row[]).map(toEvent)
     }
     const where = ['session_id = ?', 'seq > ?']
     const values: Array<string | number> = [sessionId, query.after]
