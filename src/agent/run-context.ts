@@ -63,8 +63,10 @@ export class RunContext {
   readonly trace: RunTrace
   /** The step the run is in (1-based; 0 before the first model call). */
   step = 0
-  /** The first failure of an event emitted without waiting (emitSoon); the next awaited commit throws it. */
+  /** The first failure of a unit handed over without waiting (commitSoon, emitSoon); the next awaited commit throws it. */
   #unsentError: unknown = null
+  /** The newest commitSoon unit not yet settled (either way): once it is, so is every earlier one. */
+  #inFlight: Promise<unknown> | null = null
   /** Events emitted without waiting in this tick, committed together at its end (or before the next commit). */
   #soon: StoreWrite[] | null = null
 
@@ -85,16 +87,46 @@ export class RunContext {
     }
   }
 
-  /** Commits the writes as one unit of work, then publishes their events; resolves once committed. */
+  /**
+   * Commits the writes as one unit of work, then publishes their events; resolves once committed.
+   * A unit comes after the run's commitSoon units have landed: should one of them have failed,
+   * this one is not committed and that failure is thrown (once; the run's end then commits).
+   */
   async commit(writes: StoreWrite[]): Promise<EventRecord[]> {
     this.#commitSoon()
+    if (this.#inFlight) await this.#inFlight
+    this.#throwUnsent()
     const events = await this.deps.events.commit(this.session.id, writes)
-    if (this.#unsentError !== null) {
-      const err = this.#unsentError
-      this.#unsentError = null
-      throw err
-    }
+    this.#throwUnsent()
     return events
+  }
+
+  #throwUnsent(): void {
+    if (this.#unsentError === null) return
+    const err = this.#unsentError
+    this.#unsentError = null
+    throw err
+  }
+
+  /**
+   * Hands a unit of work to the event log without waiting for its commit: the run goes on (a model
+   * call goes out) while the store works. It is committed and published in order all the same, and
+   * a failure surfaces at the next awaited commit. Only for units that nothing irreversible waits
+   * for: before a tool runs, its start is committed with `commit`.
+   */
+  commitSoon(writes: StoreWrite[]): void {
+    this.#commitSoon()
+    const unit = this.#handOver(writes)
+    this.#inFlight = unit
+    void unit.then(() => {
+      if (this.#inFlight === unit) this.#inFlight = null
+    })
+  }
+
+  /** Resolves once every commitSoon unit has been committed (or has failed): the run's own writes can then be read back. */
+  async settle(): Promise<void> {
+    this.#commitSoon()
+    await this.#inFlight
   }
 
   /** Emits one event of this run; resolves once it (and every event emitted before it) is committed. */
@@ -124,7 +156,12 @@ export class RunContext {
     const writes = this.#soon
     if (!writes) return
     this.#soon = null
-    this.deps.events.commit(this.session.id, writes).catch((err: unknown) => {
+    this.#handOver(writes)
+  }
+
+  /** Hands a unit to the event log without waiting; its failure is kept for the next awaited commit. */
+  #handOver(writes: StoreWrite[]): Promise<void> {
+    return this.deps.events.commit(this.session.id, writes).then(() => undefined, (err: unknown) => {
       this.#unsentError ??= err
     })
   }

@@ -7,9 +7,14 @@ import { sealCall } from './tool-call.ts'
 
 export type DoneReason = 'completed' | 'interrupted' | 'failed' | 'max_steps'
 
-/** Records the end of the run as one unit of work: its error (if any), its final status, then done. */
-export async function closeRun(ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase): Promise<void> {
-  const writes: StoreWrite[] = []
+/**
+ * Records the end of the run as one unit of work: `leading` (a final answer), its error (if any),
+ * its final status, then done.
+ */
+export async function closeRun(
+  ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase, leading: StoreWrite[] = []
+): Promise<void> {
+  const writes: StoreWrite[] = [...leading]
   if (error) {
     ctx.run.error = error
     writes.push(
@@ -44,6 +49,8 @@ export async function sealOpenCalls(ctx: RunContext): Promise<void> {
 /** This run's tool calls that have no tool message yet, with their stored state (or a new one). */
 export async function openCalls(ctx: RunContext): Promise<Array<{ call: MessageToolCall; record: ToolCallRecord }>> {
   const { store } = ctx.deps
+  // The run's units still on their way are its answers too: read back once they have landed.
+  await ctx.settle()
   const messages = await store.listMessages(ctx.session.id)
   const open: Array<{ call: MessageToolCall; record: ToolCallRecord }> = []
   for (const call of unansweredCalls(messages, ctx.run.id)) {

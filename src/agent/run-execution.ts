@@ -1,13 +1,13 @@
 import { newId } from '../ids.ts'
 import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schemas/common.ts'
-import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord, type SessionRecord } from '../store/store.ts'
+import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord, type SessionRecord, type StoreWrite } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
 import { ContextWindow } from './context/context-window.ts'
 import { callModel } from './model-turn.ts'
 import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
-import { runToolCall, type ToolCallHooks } from './tool-call.ts'
+import { runToolCall, startToolCall, type ToolCallHooks, type ToolCallStart } from './tool-call.ts'
 
 export type { RunDependencies } from './run-context.ts'
 export type { ExecuteTool, ToolCallHooks as RunHooks } from './tool-call.ts'
@@ -16,7 +16,10 @@ export type { ExecuteTool, ToolCallHooks as RunHooks } from './tool-call.ts'
  * One run of the agent loop: call the model (model-turn.ts), run the tools it asks for
  * (tool-call.ts), feed their results back, and repeat until the model answers without tools,
  * maxSteps is reached, the run is interrupted, or a fatal error ends it. Every message,
- * tool-call state and event is committed before the next thing happens.
+ * tool-call state and event is committed, in order, and a tool runs only once its start is
+ * committed; the units nothing irreversible waits for (the run's start, a tool's answer) are
+ * committed while the run goes on (RunContext.commitSoon), and a failure of theirs fails the run
+ * at its next commit, before anything later is stored.
  */
 export class RunExecution {
   readonly #ctx: RunContext
@@ -36,16 +39,18 @@ export class RunExecution {
   async execute(): Promise<RunRecord> {
     const ctx = this.#ctx
     try {
-      await ctx.commit([
-        ...ctx.statusChange('running'),
-        {
-          type: 'message',
-          message: { id: ctx.run.messageId, sessionId: ctx.session.id, runId: ctx.run.id, role: 'user', content: ctx.run.input, createdAt: now() }
-        }
-      ])
-      const reason = await this.#loop()
+      // The history is read before the run's first unit is handed over, so that it never holds
+      // the message that unit stores, whatever the store's timing.
+      const history = await ctx.deps.store.listMessages(ctx.session.id)
+      const message: MessageRecord = {
+        id: ctx.run.messageId, sessionId: ctx.session.id, runId: ctx.run.id, role: 'user', content: ctx.run.input, createdAt: now()
+      }
+      // The first model call goes out while the run's start is committed.
+      ctx.commitSoon([...ctx.statusChange('running'), { type: 'message', message }])
+      history.push(message)
+      const { reason, answer } = await this.#loop(history)
       const failed = reason === 'max_steps'
-      await closeRun(ctx, failed ? 'failed' : 'completed', reason, failed ? maxStepsError(this.#maxSteps) : null, 'system')
+      await closeRun(ctx, failed ? 'failed' : 'completed', reason, failed ? maxStepsError(this.#maxSteps) : null, 'system', answer)
     } catch (err) {
       if (isSessionGone(err)) {
         // The session was deleted under the run: nothing is left to record or to tell.
@@ -70,9 +75,9 @@ export class RunExecution {
     return Math.min(session.limits.maxSteps ?? deps.maxSteps, deps.maxSteps)
   }
 
-  async #loop(): Promise<DoneReason> {
+  /** Runs the steps; a final answer comes back as writes (`answer`) for the run's end to commit with it. */
+  async #loop(history: MessageRecord[]): Promise<{ reason: DoneReason; answer?: StoreWrite[] }> {
     const ctx = this.#ctx
-    const history = await ctx.deps.store.listMessages(ctx.session.id)
     const context = new ContextWindow({
       session: ctx.session, defaultTokens: ctx.deps.contextTokens, tools: this.#hooks.tools.definitions, model: ctx.deps.model,
       runId: ctx.run.id, requestId: ctx.run.requestId, signal: ctx.signal, logger: ctx.log,
@@ -100,27 +105,38 @@ export class RunExecution {
         content: answer.text.length > 0 ? answer.text : null, createdAt: now()
       }
       if (toolCalls.length > 0) assistant.toolCalls = toolCalls
-      // A step's result is one unit of work: its progress, its usage and the model's answer.
-      await ctx.commit([
+      // A step's result is one unit of work: its progress, its usage, the model's answer and the
+      // start of its first tool call (the others start as their turn comes).
+      const first = toolCalls[0] ? startToolCall(ctx, this.#hooks, step, toolCalls[0]) : null
+      const result: StoreWrite[] = [
         { type: 'run', id: ctx.run.id, patch: { steps: step, usage: this.#usage } },
         { type: 'usage', sessionId: ctx.session.id, usage },
         ctx.event('monitor', 'token_usage', { ...usage }),
-        { type: 'message', message: assistant }
-      ])
+        { type: 'message', message: assistant },
+        ...(first?.writes ?? [])
+      ]
+      const maxTokens = ctx.session.limits.maxTokens
+      const overTokens = maxTokens !== undefined && this.#usage.totalTokens > maxTokens
+      if (toolCalls.length === 0 && !overTokens) {
+        // The final answer ends the run: it is committed with the run's end, one unit of work.
+        history.push(assistant)
+        return { reason: 'completed', answer: [...result, ctx.event('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })] }
+      }
+      await ctx.commit(result)
       history.push(assistant)
 
       for (const call of toolCalls) {
-        history.push(await runToolCall(ctx, this.#hooks, step, call))
+        let start = first
+        if (call !== first?.call) {
+          start = startToolCall(ctx, this.#hooks, step, call)
+          await ctx.commit(start.writes)
+        }
+        history.push(await runToolCall(ctx, this.#hooks, start as ToolCallStart))
       }
       ctx.emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
-
-      const maxTokens = ctx.session.limits.maxTokens
-      if (maxTokens !== undefined && this.#usage.totalTokens > maxTokens) {
-        throw new RunFailure(maxTokensError(maxTokens, this.#usage.totalTokens), 'system')
-      }
-      if (toolCalls.length === 0) return 'completed'
+      if (overTokens) throw new RunFailure(maxTokensError(maxTokens, this.#usage.totalTokens), 'system')
     }
-    return 'max_steps'
+    return { reason: 'max_steps' }
   }
 }
 

@@ -26,20 +26,51 @@ export class CallInterrupted extends Error {
   }
 }
 
+/** A tool call about to start: its record, and the writes that announce it, which the caller commits before runToolCall. */
+export interface ToolCallStart {
+  call: MessageToolCall
+  record: ToolCallRecord
+  parsed: ParsedArguments
+  startedAt: number
+  /**
+   * The call goes straight to the runtime: a server tool with valid arguments that no preToolUse
+   * hook screens and no approval holds. Its `executing` state is among `writes`, so it takes no
+   * commit of its own.
+   */
+  direct: boolean
+  writes: StoreWrite[]
+}
+
 /**
- * Runs one tool call through approval, the client or the runtime, and returns the tool message
- * that answers it. The call's final state, its events and its answer commit as one unit of work.
+ * Prepares one tool call: its pending record and `tool:start`. The caller commits `writes` (the
+ * loop puts the first call's in the step's own unit of work), then runs the call with runToolCall.
  */
-export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall): Promise<MessageRecord> {
+export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall): ToolCallStart {
   const startedAt = Date.now()
-  const span = ctx.trace.startToolCall(call.name, call.id)
   const parsed = parseArguments(call.arguments)
   const record: ToolCallRecord = {
     id: call.id, sessionId: ctx.session.id, runId: ctx.run.id, step, name: call.name,
     input: parsed.ok ? parsed.value : call.arguments, state: 'pending', startedAt: new Date(startedAt).toISOString(),
     endedAt: null, durationMs: null
   }
-  await ctx.commit([saveCall(record), ctx.event('progress', 'tool:start', { call: snapshot(record) })])
+  const writes = [saveCall(record), ctx.event('progress', 'tool:start', { call: snapshot(record) })]
+  const direct = parsed.ok && hooks.tools.get(call.name)?.kind === 'server' &&
+    !ctx.deps.hooks?.screens(call.name) && !approvalNeeded(ctx, call.name, false)
+  if (direct) {
+    record.state = 'executing'
+    writes.push(saveCall(record))
+  }
+  return { call, record, parsed, startedAt, direct, writes }
+}
+
+/**
+ * Runs one tool call, whose start (startToolCall) is committed, through approval, the client or
+ * the runtime, and returns the tool message that answers it. The call's final state, its events
+ * and its answer commit as one unit of work, handed over without waiting (RunContext.commitSoon).
+ */
+export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, start: ToolCallStart): Promise<MessageRecord> {
+  const { call, record, parsed, startedAt } = start
+  const span = ctx.trace.startToolCall(call.name, call.id)
 
   let outcome: ToolOutcome
   try {
@@ -59,8 +90,10 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: n
       const invalid = tool.check(record.input)
       outcome = invalid ? { ok: false, error: invalid } : await awaitClient(ctx, hooks, record)
     } else {
-      record.state = 'executing'
-      await ctx.commit([saveCall(record)])
+      if (!start.direct) {
+        record.state = 'executing'
+        await ctx.commit([saveCall(record)])
+      }
       outcome = await hooks.executeTool(record, ctx.signal, (type, data) =>
         ctx.emit('progress', `tool:${type}`, { callId: record.id, name: record.name, ...data }))
     }
@@ -102,7 +135,8 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, step: n
     )
   }
   writes.push(ctx.event('progress', 'tool:end', { call: snapshot(record) }), { type: 'message', message })
-  await ctx.commit(writes)
+  // The next model call, which reads this answer, goes out while it is committed.
+  ctx.commitSoon(writes)
   return message
 }
 
@@ -129,9 +163,7 @@ function hookContext(ctx: RunContext, record: ToolCallRecord): ToolHookContext {
 
 /** Waits for a person's decision when the session's approval policy (or a hook's ask) covers this call; allows it otherwise. */
 async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord, askedByHook: boolean): Promise<ApprovalDecision> {
-  const { approval } = ctx.session
-  const needed = askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(record.name))
-  if (!needed) return { decision: 'allow', note: null }
+  if (!approvalNeeded(ctx, record.name, askedByHook)) return { decision: 'allow', note: null }
   record.state = 'approval_required'
   await ctx.commit([
     saveCall(record), ...ctx.statusChange('awaiting_approval'), ctx.event('control', 'permission_required', { call: snapshot(record) })
@@ -139,6 +171,11 @@ async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRe
   const { decision, note } = await hooks.waitForApproval(record, ctx.signal)
   await ctx.commit([ctx.event('control', 'permission_decided', { callId: record.id, decision, note }), ...ctx.statusChange('running')])
   return { decision, note }
+}
+
+function approvalNeeded(ctx: RunContext, toolName: string, askedByHook: boolean): boolean {
+  const { approval } = ctx.session
+  return askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(toolName))
 }
 
 async function awaitClient(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord): Promise<ToolOutcome> {
@@ -178,7 +215,9 @@ function saveCall(record: ToolCallRecord): StoreWrite {
   return { type: 'toolCall', call: { ...record } }
 }
 
-function parseArguments(text: string): { ok: true; value: unknown } | { ok: false; message: string } {
+type ParsedArguments = { ok: true; value: unknown } | { ok: false; message: string }
+
+function parseArguments(text: string): ParsedArguments {
   if (text.trim() === '') return { ok: true, value: {} }
   try {
     return { ok: true, value: JSON.parse(text) }

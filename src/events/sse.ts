@@ -1,15 +1,22 @@
 import type { ServerResponse } from 'node:http'
-import type { EventRecord, EventChannel, Store } from '../store/store.ts'
+import { dataJsonOf, type EventRecord, type EventChannel, type Store } from '../store/store.ts'
 
 /** What a stream subscribes through: the EventBus port (only its subscribe). */
 export interface EventFeed {
   subscribe(sessionId: string, listener: (event: EventRecord) => void): () => void
 }
 
-/** The one SSE encoder: `id`, `event`, `data` (the event as one JSON line), blank line. */
+/**
+ * The one SSE encoder: `id`, `event`, `data` (the event as one JSON line: the SPEC 4 envelope,
+ * its fields in that order), blank line. The data is the store's own JSON text when it has it.
+ */
 export function encodeEvent(event: EventRecord): string {
-  return `id: ${event.seq}\nevent: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`
+  return `id: ${event.seq}\nevent: ${event.type}\ndata: {"seq":${event.seq},"sessionId":${JSON.stringify(event.sessionId)},` +
+    `"runId":${nullable(event.runId)},"channel":${JSON.stringify(event.channel)},"type":${JSON.stringify(event.type)},` +
+    `"at":${JSON.stringify(event.at)},"requestId":${nullable(event.requestId)},"data":${dataJsonOf(event)}}\n\n`
 }
+
+const nullable = (value: string | null | undefined): string => (value == null ? 'null' : JSON.stringify(value))
 
 /**
  * The frame of an event as bytes, encoded once however many streams send it: the event log
@@ -128,14 +135,27 @@ class EventStream implements OpenEventStream {
       'x-accel-buffering': 'no',
       connection: 'keep-alive'
     })
-    // A stream that may stay open (not one run's) sends its head on its own: written as it is,
-    // V8 flattens the string Node built it into piece by piece, which the response keeps for as
-    // long as it is open (~1 KB less per idle stream). A run's stream ends with the run, so its
-    // head goes out with the first frame, one socket write instead of two.
-    if (!this.#untilDone) res.flushHeaders()
-    this.#send(RETRY_FRAME)
     res.on('close', this.#finish)
     res.on('error', this.#finish)
+    if (this.#untilDone) {
+      // A run's stream ends with the run: its head goes out with its first bytes (the retry
+      // frame), one socket write instead of two. It opens with the run, and so does the run's
+      // model call: the call goes out first (it is what the client waits for), the stream's
+      // head, retry and replay at the end of this turn. Live events that come sooner wait for
+      // the replay, as they always do.
+      setImmediate(() => this.#open())
+    } else {
+      // A stream that may stay open sends its head on its own: written as it is, V8 flattens the
+      // string Node built it into piece by piece, which the response keeps for as long as it is
+      // open (~1 KB less per idle stream).
+      res.flushHeaders()
+      this.#open()
+    }
+  }
+
+  #open(): void {
+    if (this.#ended) return
+    this.#send(RETRY_FRAME)
     void this.#replay()
   }
 

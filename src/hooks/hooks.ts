@@ -64,6 +64,11 @@ export class HookRunner {
     this.#client = options.client ?? new HookClient()
   }
 
+  /** True when some preToolUse hook covers the tool: its calls are screened before they run. */
+  screens(toolName: string): boolean {
+    return this.#matching('preToolUse', toolName).length > 0
+  }
+
   #matching(on: HookEvent, toolName?: string): HookDefinition[] {
     return this.#hooks.filter((hook) => hook.on === on && (toolName === undefined || hookCovers(hook, toolName)))
   }

@@ -3,7 +3,7 @@ import { postgresMigrations } from './postgres-migrations.ts'
 import { unansweredCalls } from './history.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import { StoreClosedError } from './sqlite.ts'
-import { SessionGoneError } from './store.ts'
+import { SessionGoneError, withDataJson } from './store.ts'
 import type {
   AuditedToolCall, EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch, RunRecord,
   SessionRecord, Store, StoreWrite, ToolCallRecord
@@ -476,7 +476,7 @@ function prepareUnit(writes: readonly StoreWrite[]): PreparedUnit {
   const sessions = [...reserve.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
   const statements = sessions.map(([sessionId, count]) =>
     `UPDATE sessions SET last_seq = last_seq + ${count} WHERE id = ${literal(sessionId)} RETURNING last_seq`)
-  const events: Array<{ event: Omit<EventRecord, 'seq'>; n: number }> = []
+  const events: Array<{ event: Omit<EventRecord, 'seq'>; n: number; data: string }> = []
   const placed = new Map<string, number>()
   const rows = new Map<string, string[]>()
   for (const write of writes) {
@@ -485,7 +485,7 @@ function prepareUnit(writes: readonly StoreWrite[]): PreparedUnit {
       const { sessionId } = step.event
       const n = (placed.get(sessionId) ?? 0) + 1
       placed.set(sessionId, n)
-      events.push({ event: step.event, n })
+      events.push({ event: step.event, n, data: step.data })
       const e = step.event
       const list = rows.get(sessionId) ?? []
       list.push(`(${n}, ${[e.runId, e.channel, e.type, e.at, e.requestId, step.data].map(literal).join(', ')})`)
@@ -518,7 +518,7 @@ function prepareUnit(writes: readonly StoreWrite[]): PreparedUnit {
         if (!row) throw new SessionGoneError(sessionId)
         base.set(sessionId, Number(row.last_seq) - count)
       })
-      return events.map(({ event, n }) => ({ ...event, seq: (base.get(event.sessionId) ?? 0) + n }))
+      return events.map(({ event, n, data }) => withDataJson({ ...event, seq: (base.get(event.sessionId) ?? 0) + n }, data))
     }
   }
 }

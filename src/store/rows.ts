@@ -1,4 +1,4 @@
-import type { EventRecord, MessageRecord, RunRecord, SessionRecord, ToolCallRecord } from './store.ts'
+import { withDataJson, type EventRecord, type MessageRecord, type RunRecord, type SessionRecord, type ToolCallRecord } from './store.ts'
 
 /**
  * Rows as both SQL stores read and write them: the same columns, JSON kept as text. One place,
@@ -41,7 +41,7 @@ export function toSession(row: Row): SessionRecord {
 }
 
 export function toEvent(row: Row): EventRecord {
-  return {
+  const event: EventRecord = {
     seq: Number(row.seq),
     sessionId: String(row.session_id),
     runId: (row.run_id as string | null) ?? null,
@@ -51,6 +51,8 @@ export function toEvent(row: Row): EventRecord {
     requestId: (row.request_id as string | null) ?? null,
     data: parse(row.data)
   }
+  // The data as stored is its JSON already; a driver that hands it over parsed gets it encoded again.
+  return typeof row.data === 'string' ? withDataJson(event, row.data) : event
 }
 
 export function toMessage(row: Row): MessageRecord {

@@ -3,7 +3,7 @@ import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { unansweredCalls } from './history.ts'
-import { SessionGoneError } from './store.ts'
+import { dataJsonOf, SessionGoneError, withDataJson } from './store.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import type {
   EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch,
@@ -26,12 +26,11 @@ interface PendingWrite {
 /**
  * Events of one session that follow each other in a unit of work: inserted with one statement
  * per EVENT_ROWS of them. `records` are what the unit resolves with (each gets its seq when it
- * is stored); `data` holds each event's JSON, taken when the unit was handed over.
+ * is stored), their data's JSON taken when the unit was handed over (withDataJson).
  */
 interface EventGroup {
   sessionId: string
   records: EventRecord[]
-  data: string[]
 }
 
 /** One write of a unit of work, its parameters taken when the unit was handed over. */
@@ -376,18 +375,17 @@ export class SqliteStore implements Store {
         continue
       }
       const e = write.event
-      const record: EventRecord = {
+      const record = withDataJson({
         seq: 0, sessionId: e.sessionId, runId: e.runId, channel: e.channel, type: e.type, at: e.at, requestId: e.requestId, data: e.data
-      }
+      }, JSON.stringify(e.data))
       events.push(record)
       const previous = steps[steps.length - 1]
       let group = typeof previous === 'object' && previous.sessionId === e.sessionId ? previous : undefined
       if (!group) {
-        group = { sessionId: e.sessionId, records: [], data: [] }
+        group = { sessionId: e.sessionId, records: [] }
         steps.push(group)
       }
       group.records.push(record)
-      group.data.push(JSON.stringify(e.data))
     }
     return this.#write(() => {
       try {
@@ -405,7 +403,7 @@ export class SqliteStore implements Store {
   }
 
   /** Stores a group of one session's events under its next seqs, EVENT_ROWS rows a statement. */
-  #insertEvents({ sessionId, records, data }: EventGroup): void {
+  #insertEvents({ sessionId, records }: EventGroup): void {
     const last = this.#currentSeq(sessionId)
     if (last === undefined) throw new SessionGoneError(sessionId)
     let seq = last
@@ -422,7 +420,7 @@ export class SqliteStore implements Store {
         params[p + 4] = record.type
         params[p + 5] = record.at
         params[p + 6] = record.requestId
-        params[p + 7] = data[start + i] as string
+        params[p + 7] = dataJsonOf(record)
       }
       this.#hot.insertEventRows(rows).run(...params)
     }

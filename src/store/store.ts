@@ -229,6 +229,29 @@ export interface EventRecord extends NewEvent {
   seq: number
 }
 
+/**
+ * The JSON text of an event's data as a store wrote or read it, kept on the record under a symbol
+ * (JSON.stringify and Object.keys skip it) so that the SSE encoder does not serialise the data a
+ * second time (a tool's result can be 100 KB). It holds for the data object it was made from: a
+ * copy of the record with other data is encoded from its data. A WeakMap beside the records cost
+ * more than it saved (its entries are ephemerons for the GC).
+ */
+const DATA_JSON = Symbol('agentd.dataJson')
+
+type WithDataJson = EventRecord & { [DATA_JSON]?: { of: unknown; json: string } }
+
+/** Keeps `json` (the event's data as the store wrote or read it) on the record; returns the record. */
+export function withDataJson(event: EventRecord, json: string): EventRecord {
+  ;(event as WithDataJson)[DATA_JSON] = { of: event.data, json }
+  return event
+}
+
+/** The event's data as JSON text: the store's, or serialised now. */
+export function dataJsonOf(event: EventRecord): string {
+  const kept = (event as WithDataJson)[DATA_JSON]
+  return kept !== undefined && kept.of === event.data ? kept.json : JSON.stringify(event.data)
+}
+
 export interface EventQuery {
   after: number
   limit?: number

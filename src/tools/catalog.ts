@@ -46,6 +46,8 @@ export class ToolCatalog {
   readonly #config: Readonly<Config>
   readonly #maxOutputBytes: number
   readonly #limiter: ReturnType<typeof createConcurrencyLimiter>
+  /** Workspaces being made, by session: a session's removal waits for them, so none is made after it. */
+  readonly #making = new Map<string, Promise<unknown>>()
 
   constructor(config: Readonly<Config>, options: ToolCatalogOptions = {}) {
     this.#config = config
@@ -86,6 +88,7 @@ export class ToolCatalog {
 
   /** Deletes a session's workspace with its files (the session is gone). */
   async removeWorkspace(sessionId: string): Promise<void> {
+    await this.#making.get(sessionId)
     await removeWorkspace(this.#config.workspaces, sessionId)
   }
 
@@ -131,17 +134,30 @@ export class ToolCatalog {
 
   /** Executes the server-side tool calls of one session (its tools as resolve() gave them) in the isolation runtime. */
   async executor(session: SessionRecord, tools: SessionToolSet, logger: Logger): Promise<ExecuteTool> {
-    // Made on the first call that needs it: most runs call no tool.
     let workspace: Promise<string> | undefined
+    const ensure = () => {
+      if (workspace) return workspace
+      const making = ensureWorkspace(this.#config.workspaces, session.id)
+      workspace = making.catch((err: unknown) => {
+        workspace = undefined
+        throw err
+      })
+      const settled = making.then(() => undefined, () => undefined)
+      this.#making.set(session.id, settled)
+      void settled.then(() => {
+        if (this.#making.get(session.id) === settled) this.#making.delete(session.id)
+      })
+      return workspace
+    }
+    // A run that may call a server tool has its workspace made (or found) while the model answers:
+    // a new folder is a file-system journal write (~0.1 ms) that would otherwise be the first
+    // tool call's. Should it fail, the first call tries again and fails classified.
+    if (tools.names.some((name) => tools.get(name)?.kind === 'server')) ensure().catch(() => undefined)
     const timeoutMs = Math.min(session.limits.toolTimeoutMs ?? this.#config.toolTimeoutMs, this.#config.toolTimeoutMs)
     return async (call, signal, emit) => {
       const entry = tools.get(call.name)
       if (!entry || entry.kind !== 'server') throw new Error(`${call.name} is not a server tool of this session`)
-      workspace ??= ensureWorkspace(this.#config.workspaces, session.id).catch((err: unknown) => {
-        workspace = undefined
-        throw err
-      })
-      const root = await workspace
+      const root = await ensure()
       const outcome = await this.#limiter.run(session.id, () =>
         runTool(entry.tool, call.input, {
           signal, sessionId: session.id, callId: call.id, workspace: root, logger: logger.child({ callId: call.id, tool: call.name }),

@@ -1,4 +1,5 @@
-import { lstat, mkdir, readlink, realpath, rm } from 'node:fs/promises'
+import { lstatSync, readlinkSync, realpathSync } from 'node:fs'
+import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { ToolFailure } from './tool-errors.ts'
 
@@ -14,6 +15,12 @@ export interface ResolveOptions {
  * real path inside the workspace. Symbolic links are followed through realpath, also dangling ones
  * and for paths that do not exist yet (the nearest existing parent is realpath'ed), so no link can
  * lead out. Anything outside is refused with PATH_TRAVERSAL.
+ *
+ * The resolution is synchronous on purpose: realpath(3), lstat and readlink of one path are a few
+ * microseconds of bounded work (at most PATH_MAX bytes and 40 link hops), while each of them
+ * through libuv's thread pool costs two thread wake-ups, 30-150 µs per call on a busy machine:
+ * most of a cheap tool's time. Work that grows with the input (reading a folder or a file) stays
+ * asynchronous.
  */
 export async function resolveInWorkspace(root: string, relPath: string, options: ResolveOptions = {}): Promise<string> {
   if (typeof relPath !== 'string' || relPath.includes('\0')) {
@@ -22,7 +29,7 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   const realRoot = await workspaceRoot(root)
   const lexical = path.resolve(realRoot, relPath)
   if (!isInside(realRoot, lexical)) throw traversal(relPath)
-  const resolved = await realpathAllowMissing(lexical, 0)
+  const resolved = realpathAllowMissing(lexical, 0)
   if (!isInside(realRoot, resolved.path)) throw traversal(relPath)
   if (options.mustExist && !resolved.exists) {
     throw new ToolFailure('NOT_FOUND', `"${relPath}" does not exist in the workspace.`, { path: relPath })
@@ -45,7 +52,7 @@ const realRoots = new Map<string, string>()
 export async function workspaceRoot(root: string): Promise<string> {
   const known = realRoots.get(root)
   if (known !== undefined) return known
-  const real = await realpath(root)
+  const real = realpathSync.native(root)
   rememberRoot(root, real)
   return real
 }
@@ -101,27 +108,29 @@ function traversal(relPath: string): ToolFailure {
 const maxLinkHops = 40
 
 /** realpath for paths that may not exist yet: the real path of the nearest existing ancestor plus the rest. */
-async function realpathAllowMissing(target: string, hops: number): Promise<{ path: string; exists: boolean }> {
+function realpathAllowMissing(target: string, hops: number): { path: string; exists: boolean } {
   let current = target
   const rest: string[] = []
   for (;;) {
     try {
-      const real = await realpath(current)
+      const real = realpathSync.native(current)
       return { path: path.join(real, ...rest), exists: rest.length === 0 }
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code
       if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err
     }
     // A dangling link would be created through on write, so its target is what must stay inside.
-    const isLink = await lstat(current).then(
-      (s) => s.isSymbolicLink(),
-      () => false
-    )
+    let isLink = false
+    try {
+      isLink = lstatSync(current).isSymbolicLink()
+    } catch {
+      // Missing: go on with its parent.
+    }
     if (isLink) {
       if (hops >= maxLinkHops) {
         throw new ToolFailure('IO_ERROR', 'Too many levels of symbolic links.', { errno: 'ELOOP' })
       }
-      const linkTarget = path.resolve(path.dirname(current), await readlink(current))
+      const linkTarget = path.resolve(path.dirname(current), readlinkSync(current))
       return realpathAllowMissing(path.join(linkTarget, ...rest), hops + 1)
     }
     const parent = path.dirname(current)

@@ -1,11 +1,11 @@
-import { mkdirSync, readFileSync, symlinkSync } from 'node:fs'
+import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { join } from 'node:path'
 import { Type } from '@sinclair/typebox'
 import t from 'tap'
 import type { Tool } from '../../src/tools/types.ts'
 import { runInWorker } from '../../src/tools/worker.ts'
-import { buildTestApp, type TestApp } from '../helpers/app.ts'
+import { buildTestApp, tempDir, type TestApp } from '../helpers/app.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
 
 const runaway = new URL('../fixtures/tools/runaway.ts', import.meta.url)
@@ -44,6 +44,55 @@ t.test('a tool round trip: events, messages and what the model received', async 
   t.same(messages.map((m: { role: string }) => m.role), ['user', 'assistant', 'tool', 'assistant'])
   t.equal(messages[1].toolCalls[0].id, start.id)
   t.equal(messages[2].toolCallId, start.id)
+})
+
+t.test('a server tool is executing, and stored so, from the moment its tool:start is seen', async (t) => {
+  const ctx = await buildTestApp(t)
+  const { app, devModel } = ctx
+  const Params = Type.Object({ n: Type.Number() })
+  const running: Array<() => void> = []
+  const gate: Tool<typeof Params> = {
+    name: 'gate',
+    description: 'waits until the test lets it go',
+    parameters: Params,
+    execute: (input) => new Promise((resolve) => running.push(() => resolve({ n: input.n })))
+  }
+  app.agentd.tools.registry.register(gate)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['gate'] } })).json()
+  // Two calls in one step: the first starts with the step's result, the second when its turn comes.
+  devModel.script({ toolCalls: [{ name: 'gate', arguments: { n: 1 } }, { name: 'gate', arguments: { n: 2 } }] as never }, { text: 'done' })
+  const accepted = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'go' } })).json()
+  const eventTypes = async () => ((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=100`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]).map((e) => e.type)
+  const calls = async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data as Array<{ state: string; input: unknown }>
+  const waitForCall = async (count: number) => {
+    for (let i = 0; i < 500 && running.length < count; i++) await new Promise((resolve) => setTimeout(resolve, 5))
+    t.equal(running.length, count, `call ${count} is running`)
+  }
+
+  await waitForCall(1)
+  t.same((await eventTypes()).slice(-3), ['state_changed', 'token_usage', 'tool:start'], 'the step and the first call started')
+  t.match(await calls(), [{ state: 'executing', input: { n: 1 } }], 'the running call is stored as executing')
+  running[0]?.()
+  await waitForCall(2)
+  t.same((await eventTypes()).slice(-4), ['tool:start', 'tool_executed', 'tool:end', 'tool:start'])
+  t.match(await calls(), [{ state: 'completed', input: { n: 1 } }, { state: 'executing', input: { n: 2 } }])
+  running[1]?.()
+  const ended = await app.agentd.runs.waitFor(session.id, accepted.run.id)
+  t.equal(ended?.status, 'completed')
+  t.match(await calls(), [{ state: 'completed' }, { state: 'completed' }])
+})
+
+t.test('a workspace that cannot be made fails the tool call classified, and the run goes on', async (t) => {
+  const dir = tempDir(t)
+  // A file where the workspaces folder should be: no session folder can be made under it.
+  writeFileSync(join(dir, 'not-a-folder'), 'x')
+  const ctx = await buildTestApp(t, { env: { AGENTD_WORKSPACES: join(dir, 'not-a-folder') } })
+  const { run, toolResults, events } = await runCalls(ctx, {}, [{ name: 'fs_list', arguments: {} }])
+  t.equal(run.status, 'completed')
+  t.match(toolResults, [{ ok: false, errorType: String, code: String, recommendations: Array }])
+  t.ok(events.some((e) => e.type === 'tool:error'), 'the failure is an event too')
+  // The service still answers (the workspace made while the model answered failed without a trace).
+  t.equal((await ctx.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
 })
 
 t.test('every errorType reaches the model as {ok:false, error, errorType, code, retryable, recommendations}', async (t) => {

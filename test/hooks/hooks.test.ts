@@ -22,11 +22,17 @@ async function observeEvents(ctx: TestApp, sessionId: string): Promise<StreamedE
   return (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data
 }
 
-/** The session's events and the tool results the model received last. */
+/**
+ * The session's events and the tool results the model received last for it: the dev model's
+ * last request from one of the session's runs (by X-Request-Id), since another session's run
+ * may have asked the model after it.
+ */
 async function observe(ctx: TestApp, sessionId: string) {
   const events = await observeEvents(ctx, sessionId)
-  const last = ctx.devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
-  const toolResults = last.messages.filter((m) => m.role === 'tool').map((m) => JSON.parse(m.content))
+  const requestIds = new Set(events.map((e) => e.requestId))
+  const last = ctx.devModel.requests.findLast((r) => requestIds.has(String(r.headers['x-request-id'])))?.body as
+    { messages: Array<{ role: string; content: string }> } | undefined
+  const toolResults = (last?.messages ?? []).filter((m) => m.role === 'tool').map((m) => JSON.parse(m.content))
   return { events, toolResults }
 }
 

@@ -1,10 +1,9 @@
 import { join } from 'node:path'
-import { DatabaseSync } from 'node:sqlite'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
-import { sqliteMigrations } from '../../src/store/sqlite-migrations.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
 import { storeContract } from './contract.ts'
+import { sqliteFileAtVersion } from './old-sqlite-file.ts'
 
 async function openSqlite(t: TapTest, path: string): Promise<SqliteStore> {
   const store = new SqliteStore(path)
@@ -58,12 +57,7 @@ t.test('a second store on the same file is refused while the first is open, and 
 t.test("a session's newest seq comes from its events: after a restart, and in a file written before schema version 5", async (t) => {
   const path = join(tempDir(t), 'agentd.db')
   // The file as version 4 left it: the newest seq was a column of the sessions row.
-  const old = new DatabaseSync(path)
-  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)')
-  for (const migration of sqliteMigrations.filter((m) => m.version <= 4)) {
-    old.exec(migration.sql)
-    old.prepare('INSERT INTO schema_migrations VALUES (?, ?, ?)').run(migration.version, migration.name, 'then')
-  }
+  const old = sqliteFileAtVersion(path, 4)
   old.exec(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, approval, limits, metadata, last_seq)
     VALUES ('ses_old', 't', 'then', 'then', 'idle', 'm', '{}', '{}', '{}', 2), ('ses_empty', 't', 'then', 'then', 'idle', 'm', '{}', '{}', '{}', 0)`)
   old.exec(`INSERT INTO events (session_id, seq, channel, type, at, data) VALUES ('ses_old', 1, 'monitor', 'x', 'then', '{}'),

@@ -1,10 +1,9 @@
 import { join } from 'node:path'
-import { DatabaseSync } from 'node:sqlite'
 import t from 'tap'
-import { sqliteMigrations } from '../../src/store/sqlite-migrations.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { SessionRecord } from '../../src/store/store.ts'
 import { tempDir } from '../helpers/app.ts'
+import { sqliteFileAtVersion } from './old-sqlite-file.ts'
 
 const now = '2026-11-23T10:00:00.000Z'
 const session = (id: string): SessionRecord => ({
@@ -14,12 +13,7 @@ const session = (id: string): SessionRecord => ({
 
 t.test('a store written before summaries existed migrates, keeps its messages, and then stores summaries', async (t) => {
   const file = join(tempDir(t), 'agentd.db')
-  const old = new DatabaseSync(file)
-  old.exec('CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)')
-  for (const migration of sqliteMigrations.filter((m) => m.version <= 2)) {
-    old.exec(migration.sql)
-    old.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(migration.version, migration.name, now)
-  }
+  const old = sqliteFileAtVersion(file, 2)
   old.prepare(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools, approval, limits, metadata)
     VALUES ('ses_old', 't', ?, ?, 'idle', 'm', NULL, NULL, '{"mode":"auto"}', '{}', '{}')`).run(now, now)
   old.prepare(`INSERT INTO messages (id, session_id, run_id, role, content, at_seq, created_at) VALUES ('msg_old', 'ses_old', NULL, 'user', 'hello', 0, ?)`).run(now)

@@ -144,6 +144,22 @@ t.test('fs_list lists a folder, recursively on request, links shown not followed
   t.match(await call(ws, 'fs_list', { path: 'out' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
 })
 
+t.test('fs_list reads a large folder whole (past what it reads at once), sorted, sizes included, capped at 1000 entries', async (t) => {
+  const ws = await setup(t)
+  const big = path.join(ws.root, 'big')
+  await mkdir(big)
+  const names = Array.from({ length: 1200 }, (_, i) => `f${String(i).padStart(4, '0')}.txt`)
+  // Written in an order unlike the sorted one.
+  for (const name of [...names].reverse()) await writeFile(path.join(big, name), name.repeat(2))
+  const listed = await call(ws, 'fs_list', { path: 'big' })
+  const result = (listed.ok ? listed.result : {}) as { entries: Array<{ path: string; type: string; size: number }>; truncated: boolean; note?: string }
+  t.equal(result.entries.length, 1000)
+  t.same(result.entries.map((e) => e.path), names.slice(0, 1000).map((n) => `big/${n}`), 'the first 1000 in name order')
+  t.ok(result.entries.every((e) => e.type === 'file' && e.size === 18), 'every file with its size')
+  t.equal(result.truncated, true)
+  t.match(result.note, /first 1000 entries/)
+})
+
 t.test('fs_glob matches inside the workspace only', async (t) => {
   const ws = await setup(t)
   await mkdir(path.join(ws.root, 'node_modules', 'pkg'), { recursive: true })

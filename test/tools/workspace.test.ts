@@ -2,6 +2,12 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { mkdir, realpath, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import pino from 'pino'
+import { loadConfig } from '../../src/config.ts'
+import type { SessionRecord } from '../../src/store/store.ts'
+import { ToolCatalog } from '../../src/tools/catalog.ts'
 import { ToolFailure } from '../../src/tools/tool-errors.ts'
 import { ensureWorkspace, resolveInWorkspace, toWorkspacePath } from '../../src/tools/workspace.ts'
 import { makeWorkspace } from '../fixtures/tools/context.ts'
@@ -80,4 +86,23 @@ t.test('ensureWorkspace makes a missing root too, and answers the real path thro
   t.equal(viaLink, path.join(await realpath(deep), 'ses_b'), 'a new folder under a linked root: the real path, no link in it')
   await symlink(ws.base, path.join(deep, 'ses_c'))
   t.equal(await ensureWorkspace(deep, 'ses_c'), await realpath(ws.base), 'an existing link is resolved, not trusted')
+})
+
+t.test("a session's workspace removed while a run is still making it stays removed", async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'agentd-ws-race-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const catalog = new ToolCatalog(loadConfig({ AGENTD_WORKSPACES: dir }))
+  const tools = await catalog.resolve({ tools: null } as SessionRecord)
+  const logger = pino({ enabled: false })
+  // The race is lost now and then without the wait in removeWorkspace: enough rounds to see it.
+  for (let i = 0; i < 200; i++) {
+    const session = { id: `ses_race${i}`, limits: {} } as SessionRecord
+    // A run's executor starts making the workspace at once; the session is deleted right after.
+    await catalog.executor(session, tools, logger)
+    await catalog.removeWorkspace(session.id)
+    // Whatever the thread pool was still doing has finished by now.
+    await new Promise((resolve) => setTimeout(resolve, 2))
+    if (existsSync(path.join(dir, session.id))) t.fail(`workspace ${i} was made again after its removal`)
+  }
+  t.pass('every removed workspace stayed removed')
 })

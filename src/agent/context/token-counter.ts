@@ -122,8 +122,17 @@ export function chatMessageTokens(counter: TokenCounter, message: ChatCompletion
 
 /** Tokens the tool definitions of a request take (sent as JSON Schema with every call). */
 export function toolDefinitionTokens(counter: TokenCounter, tools: ChatCompletionTool[]): number {
-  return tools.length === 0 ? 0 : counter.count(JSON.stringify(tools))
+  if (tools.length === 0) return 0
+  // A run offers the same tools at every step: their JSON (a few KB) is made once per list.
+  let json = toolsJson.get(tools)
+  if (json === undefined) {
+    json = JSON.stringify(tools)
+    toolsJson.set(tools, json)
+  }
+  return counter.count(json)
 }
+
+const toolsJson = new WeakMap<ChatCompletionTool[], string>()
 
 function textOf(content: unknown): string {
   if (typeof content === 'string') return content
