@@ -1,21 +1,23 @@
 import type OpenAI from 'openai'
 import type { ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions'
 import {
-  AgentdClient, callJson, cpuTimeMs, createDirectClient, originOf, startServiceProcess, startStampingModelProcess,
-  type BenchSqlite
+  AgentdClient, callJson, cpuTimeMs, createDirectClient, originOf, startBareAgentProcess, startServiceProcess, startStampingModelProcess
 } from './harness.ts'
+import type { ChildServer } from './child.ts'
 import { fmt, percentile, printTable } from './report.ts'
 import { preciseNow } from './stamping-model.ts'
 
-const CHUNKS = 20
+export const CHUNKS = 20
 /** Fresh agentd processes per target; the figure is the median of their p50s. */
 const PROCESSES = 3
 const WARMUP = 50
 const RUNS = 200
 const PHASE_TIME_LIMIT_MS = 60_000
-const TARGETS: Array<{ sqlite: BenchSqlite; label: string }> = [
-  { sqlite: 'file', label: 'agentd, SQLite file' },
-  { sqlite: 'memory', label: 'agentd, SQLite :memory:' }
+const TARGETS: Array<{ label: string; agentd: boolean; start(modelUrl: string): Promise<ChildServer> }> = [
+  { label: 'agentd, SQLite file', agentd: true, start: (url) => startServiceProcess(url, 'file') },
+  { label: 'agentd, SQLite :memory:', agentd: true, start: (url) => startServiceProcess(url, 'memory') },
+  // The yardstick: agentd's loop, provider and tools without the service around them (bench/bare-agent-process.ts).
+  { label: 'bare agent: no store, no framework', agentd: false, start: startBareAgentProcess }
 ]
 
 /** One run's times, in ms. */
@@ -45,6 +47,11 @@ type RunBodies = [ChatCompletionCreateParamsStreaming, ChatCompletionCreateParam
  * with the openai SDK; e2e = both calls, first text = from the start of the first call to the
  * second call's first content chunk: from the start to the first text the client sees.
  *
+ * The bare agent (bench/bare-agent-process.ts) runs the same loop with agentd's provider and
+ * tools, and nothing else: no store, no event log, no framework. Between it and the floor is
+ * what any agent service in Node pays for the extra hops (client → service → model and back);
+ * between agentd and it, what agentd's persistence and service machinery cost.
+ *
  * Each target runs in PROCESSES fresh agentd processes, each warmed up, then RUNS runs that
  * alternate one by one with the floor so both see the same machine state; a target's figure is
  * the median of its processes' p50s, the floor's the median of the p50s of every phase.
@@ -61,12 +68,12 @@ export async function run(): Promise<void> {
   try {
     for (let round = 0; round < PROCESSES; round++) {
       for (const result of results) {
-        const service = await startServiceProcess(model.url, result.sqlite)
+        const service = await result.start(model.url)
         const agentd = new AgentdClient(service.url, 2)
         try {
           const throughAgentd = () => withClientCpu(async () => {
             const run = await runThroughAgentd(agentd)
-            frame = run.frame
+            if (result.agentd) frame = run.frame
             return run.timing
           })
           await throughAgentd()
@@ -128,6 +135,7 @@ export async function run(): Promise<void> {
   for (const r of results) console.log(`${r.label}, each process's p50: e2e ${each(r.e2e)} ms, first text ${each(r.firstText)} ms; CPU ${each(r.cpuMs)} ms/run`)
   console.log(`floor, each phase's p50: e2e ${each(floor.e2e)} ms, first text ${each(floor.firstText)} ms`)
   console.log('agentd CPU: the agentd process over the measured runs (/proc) ÷ runs; client CPU: the bench process during one run, p50')
+  console.log('bare agent: agentd\'s loop, provider and tools with no store and no framework (bench/bare-agent-process.ts), the yardstick for agentd\'s own machinery')
   console.log(`aims: e2e p50 <= 2 × the floor (${fmt(2 * floorE2e)} ms in this run), first text p50 <= 3 ms`)
   printFrame(frame)
 }
@@ -140,8 +148,8 @@ async function withClientCpu<T extends object>(run: () => Promise<T>): Promise<W
   return { ...result, clientCpu: (used.user + used.system) / 1000 }
 }
 
-/** One run through agentd, with the first `text_chunk` frame as received. */
-async function runThroughAgentd(agentd: AgentdClient): Promise<{ timing: AgentdTiming; frame: string }> {
+/** One run through agentd, with the first `text_chunk` frame as received (bench/ab.ts runs the same). */
+export async function runThroughAgentd(agentd: AgentdClient): Promise<{ timing: AgentdTiming; frame: string }> {
   const started = preciseNow()
   const sessionId = await agentd.createSession({})
   const posted = preciseNow()

@@ -26,6 +26,37 @@ export function startStampingModelProcess(options: StampingModelOptions): Promis
   return startChild('./model-process.ts', ['stamping', JSON.stringify(options)])
 }
 
+/**
+ * The bare agent (bench/bare-agent-process.ts): the same loop, provider and tools as agentd with
+ * nothing around them, in its own process; its workspaces in a temporary folder removed after it exits.
+ */
+export function startBareAgentProcess(modelUrl: string): Promise<ChildServer> {
+  return inTempDir('agentd-bench-bare-', (dir) => startChild('./bare-agent-process.ts', [modelUrl, dir]))
+}
+
+/**
+ * A child started with a temporary folder of its own, removed once the child has exited (or has
+ * failed to start); `beforeRemove` reads what the child left there.
+ */
+async function inTempDir(prefix: string, start: (dir: string) => Promise<ChildServer>, beforeRemove?: (dir: string, child: ChildServer) => void): Promise<ChildServer> {
+  const dir = mkdtempSync(join(tmpdir(), prefix))
+  const child = await start(dir).catch((err: unknown) => {
+    rmSync(dir, { recursive: true, force: true })
+    throw err
+  })
+  return {
+    ...child,
+    async close() {
+      await child.close()
+      try {
+        beforeRemove?.(dir, child)
+      } finally {
+        rmSync(dir, { recursive: true, force: true })
+      }
+    }
+  }
+}
+
 /** Where agentd's SQLite store lives in a bench: a file (every event on disk) or `:memory:`. */
 export type BenchSqlite = 'file' | 'memory'
 
@@ -45,36 +76,26 @@ export function sqliteSetting(): BenchSqlite {
 export async function startServiceProcess(
   modelUrl: string, sqlite: BenchSqlite = 'file', execArgv: string[] = [], options: { watch?: boolean } = {}
 ): Promise<ChildServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'agentd-bench-'))
   const profiling = Boolean(process.env['BENCH_CPU_PROF'])
   // BENCH_SERVICE_FLAGS: Node flags for agentd's process only, e.g. "--trace-gc --max-semi-space-size=8".
   const extra = (process.env['BENCH_SERVICE_FLAGS'] ?? '').split(' ').filter(Boolean)
-  const flags = [...execArgv, ...extra, ...(profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])]
   const env = { ...(sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {}), ...(options.watch ? { BENCH_SERVICE_WATCH: '1' } : {}) }
-  const service = await startChild('./service-process.ts', [modelUrl, dir], flags, env)
-    .catch((err: unknown) => {
-      rmSync(dir, { recursive: true, force: true })
-      throw err
-    })
-  return {
-    ...service,
-    async close() {
-      await service.close()
-      if (profiling) {
-        for (const file of readdirSync(join(dir, 'profile'))) {
-          printCpuProfile(join(dir, 'profile', file), `agentd CPU profile (pid ${service.pid})`)
-          // BENCH_CPU_PROF_KEEP=<folder>: the raw profile is kept there, for Chrome DevTools or speedscope.
-          const keep = process.env['BENCH_CPU_PROF_KEEP']
-          if (keep) {
-            mkdirSync(keep, { recursive: true })
-            copyFileSync(join(dir, 'profile', file), join(keep, file))
-            console.log(`profile kept: ${join(keep, file)}`)
-          }
-        }
+  return inTempDir('agentd-bench-', (dir) => {
+    const flags = [...execArgv, ...extra, ...(profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])]
+    return startChild('./service-process.ts', [modelUrl, dir], flags, env)
+  }, (dir, service) => {
+    if (!profiling) return
+    for (const file of readdirSync(join(dir, 'profile'))) {
+      printCpuProfile(join(dir, 'profile', file), `agentd CPU profile (pid ${service.pid})`)
+      // BENCH_CPU_PROF_KEEP=<folder>: the raw profile is kept there, for Chrome DevTools or speedscope.
+      const keep = process.env['BENCH_CPU_PROF_KEEP']
+      if (keep) {
+        mkdirSync(keep, { recursive: true })
+        copyFileSync(join(dir, 'profile', file), join(keep, file))
+        console.log(`profile kept: ${join(keep, file)}`)
       }
-      rmSync(dir, { recursive: true, force: true })
     }
-  }
+  })
 }
 
 /** The origin of a model base URL ("http://127.0.0.1:1234/v1" → "http://127.0.0.1:1234"), for its /__ routes. */

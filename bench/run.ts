@@ -1,5 +1,6 @@
 /**
- * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|store|frames|streams|all>`.
+ * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|store|frames|streams|all>`,
+ * and `npm run bench -- ab <checkout A> <checkout B>` to compare two checkouts (bench/ab.ts).
  * They print figures; they are never tests. Each starts its own model and agentd processes on
  * 127.0.0.1 (store drives the SQLite store in its own process, with no HTTP), stops by itself
  * after a fixed amount of work (and a time limit), and leaves nothing running.
@@ -20,12 +21,16 @@ const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
   frames: () => import('./frame-cost.ts'),
   streams: () => import('./idle-streams.ts')
 }
+/** Benches that take arguments, so not part of `all`. */
+const withArguments: Record<string, () => Promise<{ run(): Promise<void> }>> = {
+  ab: () => import('./ab.ts')
+}
 const TIME_LIMIT_MS = 15 * 60_000
 
 const name = process.argv[2] ?? ''
 const selected = name === 'all' ? Object.keys(benches) : [name]
-if (!selected.every((bench) => bench in benches)) {
-  console.error(`usage: npm run bench -- <${[...Object.keys(benches), 'all'].join('|')}>`)
+if (!selected.every((bench) => bench in benches || bench in withArguments)) {
+  console.error(`usage: npm run bench -- <${[...Object.keys(benches), 'all'].join('|')}>, or npm run bench -- ab <checkout A> <checkout B>`)
   process.exit(1)
 }
 
@@ -36,6 +41,6 @@ setTimeout(() => {
 
 console.log(`machine: ${machine()}`)
 for (const bench of selected) {
-  const module = await (benches[bench] as () => Promise<{ run(): Promise<void> }>)()
+  const module = await ((benches[bench] ?? withArguments[bench]) as () => Promise<{ run(): Promise<void> }>)()
   await module.run()
 }
