@@ -4,10 +4,10 @@ import type { Logger } from 'pino'
 import { LocalRunCoordinator } from './agent/local-run-coordinator.ts'
 import { PostgresRunCoordinator } from './agent/postgres-run-coordinator.ts'
 import type { RunCoordinator } from './agent/run-coordinator.ts'
-import { PostgresChannel, RedisChannel, type ClusterChannel } from './events/cluster-channel.ts'
+import type { ClusterChannel, RedisChannel } from './events/cluster-channel.ts'
 import { LocalEventBus, type EventBus } from './events/event-bus.ts'
 import { SharedEventBus } from './events/shared-event-bus.ts'
-import { PostgresStore } from './store/postgres.ts'
+import type { PostgresStore } from './store/postgres.ts'
 import type { Store } from './store/store.ts'
 
 /** What several processes share (STYLE 13), as this process sees it. */
@@ -21,6 +21,9 @@ export interface Ports {
   close(): Promise<void>
 }
 
+/** The cluster channels, loaded on first use: they bring `pg` and `ioredis`, which one process on SQLite without Redis never needs. */
+const channels = () => import('./events/cluster-channel.ts')
+
 /**
  * The ports of the configured deployment: one process on SQLite gets the in-process bus and
  * coordinator; processes on PostgreSQL share the database-backed coordinator and a bus whose
@@ -28,10 +31,12 @@ export interface Ports {
  */
 export async function openPorts(options: { store: Store; readStore: Store; redisUrl: string | undefined; runLeaseMs: number; log: Logger }): Promise<Ports> {
   const { store, readStore, log } = options
-  if (!(store instanceof PostgresStore)) {
+  if (store.kind !== 'postgres') {
     const bus = new LocalEventBus()
     const coordinator = new LocalRunCoordinator({ store: readStore, bus })
-    const redis = options.redisUrl ? await RedisChannel.open(options.redisUrl, 'agentd:local', (err) => log.warn({ err }, 'Redis connection error')) : null
+    const redis = options.redisUrl
+      ? await (await channels()).RedisChannel.open(options.redisUrl, 'agentd:local', (err) => log.warn({ err }, 'Redis connection error'))
+      : null
     return {
       bus, coordinator, redis: redis ? { client: redis.client, namespace: 'agentd:local:' } : null,
       startRecovery: () => undefined,
@@ -42,8 +47,10 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
       }
     }
   }
+  const shared = store as PostgresStore
+  const { PostgresChannel, RedisChannel } = await channels()
   const onChannelError = (err: unknown) => log.warn({ err }, 'cluster channel error; wake-ups resume after it reconnects')
-  const postgres = await PostgresChannel.open(store.pool, () => store.newClient(), onChannelError)
+  const postgres = await PostgresChannel.open(shared.pool, () => shared.newClient(), onChannelError)
   let redis: RedisChannel | null = null
   try {
     if (options.redisUrl) redis = await RedisChannel.open(options.redisUrl, postgres.name, onChannelError)
@@ -56,7 +63,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
   const bus = new SharedEventBus({
     store: readStore, channel, processId: ownerId, onError: (err) => log.warn({ err }, 'event fan-out between processes failed')
   })
-  const coordinator = new PostgresRunCoordinator({ ownerId, store, bus, channel, leaseMs: options.runLeaseMs, logger: log })
+  const coordinator = new PostgresRunCoordinator({ ownerId, store: shared, bus, channel, leaseMs: options.runLeaseMs, logger: log })
   let recovery: NodeJS.Timeout | undefined
   return {
     bus, coordinator, redis: redis ? { client: redis.client, namespace: `${postgres.name}:` } : null,

@@ -1,6 +1,8 @@
-import { readdirSync, readFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import path from 'node:path'
 import t from 'tap'
+import { startServer } from './helpers/server-process.ts'
 
 // The import direction of the core (README, "Where error knowledge lives"): errors/ at the bottom,
 // tools/ and model/ above it, agent/ on top. A cycle or an upward import fails here, not in review.
@@ -42,4 +44,20 @@ t.test('tools/ and model/ never import agent/, and not each other', async (t) =>
 t.test('the import scan sees the imports it is meant to check', async (t) => {
   const agent = importedFolders('agent')
   t.ok(agent.has('tools') && agent.has('model') && agent.has('errors'), 'agent/ imports tools/, model/ and errors/')
+})
+
+t.test('one process on SQLite without Redis never loads pg or ioredis', async (t) => {
+  // They cost ~6 MB of heap and 0.1-0.2 s of start-up, and are loaded only for PostgreSQL or Redis.
+  const loader = path.resolve(import.meta.dirname, 'fixtures/loader/report-loads.mjs')
+  const dir = mkdtempSync(path.join(tmpdir(), 'agentd-loads-'))
+  const server = await startServer({ AGENTD_DB: path.join(dir, 'agentd.db'), NODE_OPTIONS: `--import=${loader}` })
+  t.teardown(() => {
+    server.child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+  })
+  const session = await fetch(`${server.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+  t.equal(session.status, 201)
+  const loaded = server.lines.filter((line) => line.startsWith('loaded ')).map((line) => line.slice('loaded '.length))
+  t.ok(loaded.includes('fastify'), 'the loader sees the packages the process loads')
+  t.same(loaded.filter((name) => name === 'pg' || name === 'ioredis'), [])
 })
