@@ -65,6 +65,13 @@ export class RunManager {
    * run starts: its span continues that trace after the 202. A run a peer accepted starts a trace of its own.
    */
   readonly #traceparents = new Map<string, string>()
+  /**
+   * The session a run was submitted with, while its submission is under way. A run that starts
+   * straight away (its session was free) starts from it instead of reading the session again;
+   * submit() forgets it once admission is over, so a run that waited in the queue, or that a peer
+   * claims, reads its session when it starts (and finds it gone if it was deleted meanwhile).
+   */
+  readonly #submitted = new Map<string, SessionRecord>()
   readonly #stopListening: () => void
 
   constructor(options: RunManagerOptions) {
@@ -92,6 +99,7 @@ export class RunManager {
     }
     message.runId = record.id
     if (input.traceparent) this.#traceparents.set(record.id, input.traceparent)
+    this.#submitted.set(record.id, session)
     const cancellation = await this.#options.coordinator.admit(session, { ...record }, input.onBusy, this.#options.maxActiveRunsPerTenant)
       .catch((err: unknown) => {
         // Deleted between the route's lookup and the run's insert: the session is gone, not broken.
@@ -99,6 +107,7 @@ export class RunManager {
         if (isSessionGone(err)) throw new AgentError('SESSION_NOT_FOUND', `No session ${session.id}`)
         throw err
       })
+      .finally(() => this.#submitted.delete(record.id))
     for (const queued of cancellation.dequeued) await this.#endQueued(queued)
     return { message, run: record }
   }
@@ -261,8 +270,10 @@ export class RunManager {
     // Cancelled while it waited for its turn (a later message interrupted): it ends without starting.
     if (signal.aborted) return { run: await this.#endQueued(record), tenant: null }
     let tenant: string | null = null
+    // Taken before the first await: a run its admission started has its session at hand.
+    const submitted = this.#submitted.get(record.id)
     try {
-      const session = await store.getSessionById(record.sessionId)
+      const session = submitted ?? (await store.getSessionById(record.sessionId))
       // Deleted while it was queued: nothing to run and nothing to record.
       if (!session) return { run: { ...record, status: 'cancelled', endedAt: new Date().toISOString() }, tenant: null }
       tenant = session.tenant
