@@ -4,6 +4,8 @@ import type { EventBus, EventListener } from './event-bus.ts'
 
 /** Sessions named in one wake-up message, so that it stays small. */
 const SESSIONS_PER_MESSAGE = 100
+/** The `wanted` of a catch-up that reads until nothing newer is stored (after a reconnect). */
+const EVERYTHING = Number.MAX_SAFE_INTEGER
 
 /** What this process has delivered of a session its subscribers follow. */
 interface Followed {
@@ -15,6 +17,12 @@ interface Followed {
   /** The newest seq known to be committed (from wake-ups), which a read must reach. */
   wanted: number
   reading: boolean
+  /**
+   * Counts the reconnects that asked for everything. A read in flight when one comes was taken
+   * before it and may have missed what was written while the channel was down: the loop reads
+   * once more.
+   */
+  rescans: number
 }
 
 /**
@@ -49,7 +57,7 @@ export class SharedEventBus implements EventBus {
       // Wake-ups sent while the channel was down are lost: read every followed session again.
       this.#channel.onReconnect(() => {
         for (const [sessionId, followed] of this.#followed) {
-          if (followed.delivered !== undefined) this.#catchUp(sessionId, Number.MAX_SAFE_INTEGER)
+          if (followed.delivered !== undefined) this.#catchUp(sessionId, EVERYTHING)
         }
       })
     ]
@@ -76,7 +84,7 @@ export class SharedEventBus implements EventBus {
   subscribe(sessionId: string, listener: EventListener): () => void {
     let followed = this.#followed.get(sessionId)
     if (!followed) {
-      const created: Followed = { listeners: new Set(), delivered: undefined, ready: Promise.resolve(), wanted: 0, reading: false }
+      const created: Followed = { listeners: new Set(), delivered: undefined, ready: Promise.resolve(), wanted: 0, reading: false, rescans: 0 }
       // Where delivery starts: the session's newest seq now. Subscribers replay from the store
       // after subscribing (SSE), so anything up to here reaches them that way, and an event
       // delivered twice is dropped by them; one never delivered would be lost.
@@ -147,16 +155,20 @@ export class SharedEventBus implements EventBus {
     const followed = this.#followed.get(sessionId)
     if (!followed) return
     followed.wanted = Math.max(followed.wanted, seq)
+    if (seq === EVERYTHING) followed.rescans++
     if (followed.reading) return
     followed.reading = true
     const read = async () => {
       await followed.ready
       while (this.#followed.get(sessionId) === followed && (followed.delivered ?? 0) < followed.wanted) {
         const after = followed.delivered ?? 0
+        const rescans = followed.rescans
         const events = await this.#store.listEvents(sessionId, { after })
         for (const event of events) if (event.seq > (followed.delivered ?? 0)) this.#deliver(followed, event)
-        // Nothing newer is stored (a catch-up after a reconnect asks for everything): done.
-        if (events.length === 0 || followed.wanted === Number.MAX_SAFE_INTEGER) followed.wanted = followed.delivered ?? 0
+        // Nothing newer is stored (a catch-up after a reconnect asks for everything): done,
+        // unless a reconnect came while this read was out (it left `wanted` at EVERYTHING).
+        if (followed.rescans !== rescans) continue
+        if (events.length === 0 || followed.wanted === EVERYTHING) followed.wanted = followed.delivered ?? 0
       }
     }
     read().catch(this.#onError).finally(() => (followed.reading = false))

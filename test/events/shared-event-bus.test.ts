@@ -1,9 +1,9 @@
 import t from 'tap'
-import { PostgresChannel } from '../../src/events/cluster-channel.ts'
+import { PostgresChannel, type ClusterChannel, type ClusterMessage } from '../../src/events/cluster-channel.ts'
 import { EventLog } from '../../src/events/event-log.ts'
 import { SharedEventBus } from '../../src/events/shared-event-bus.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
-import type { EventRecord, SessionRecord } from '../../src/store/store.ts'
+import type { EventRecord, SessionRecord, Store } from '../../src/store/store.ts'
 import type { TapTest } from '../helpers/app.ts'
 import { postgresUrl, withSchema } from '../helpers/postgres.ts'
 import { until } from '../helpers/server-process.ts'
@@ -76,4 +76,47 @@ t.test('a listening connection that drops reconnects, and what was written meanw
   await a.log.append(event('after'))
   await until(async () => onB.length === 3, 10_000, 'the events written while the connection was down')
   t.same(onB.map((e) => [e.seq, e.type]), [[1, 'before'], [2, 'while cut'], [3, 'after']])
+})
+
+t.test('a reconnect during a catch-up read still reads what was written while the channel was down', async (t) => {
+  // A store whose reads wait until the test lets them answer, and a channel the test drives.
+  const stored: EventRecord[] = []
+  const reads: Array<() => void> = []
+  const store = {
+    getSessionById: async () => ({ lastSeq: 0 }),
+    listEvents: (_sessionId: string, options: { after: number }) => {
+      const answer = stored.filter((e) => e.seq > options.after)
+      return new Promise<EventRecord[]>((resolve) => reads.push(() => resolve(answer)))
+    }
+  } as unknown as Store
+  const messages = new Set<(message: ClusterMessage) => void>()
+  const reconnects = new Set<() => void>()
+  const channel: ClusterChannel = {
+    kind: 'postgres',
+    send: async () => undefined,
+    onMessage: (listener) => (messages.add(listener), () => messages.delete(listener)),
+    onReconnect: (listener) => (reconnects.add(listener), () => reconnects.delete(listener)),
+    sweep: async () => undefined,
+    close: async () => undefined
+  }
+  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
+  t.teardown(() => bus.close())
+  const received: number[] = []
+  bus.subscribe('ses_bus', (e) => received.push(e.seq))
+  const wake = (seq: number) => messages.forEach((listener) => listener({ type: 'events', from: 'own_a', sessions: [['ses_bus', seq]] }))
+  const answerRead = async () => {
+    await until(async () => reads.length > 0, 2000, 'a read')
+    reads.shift()?.()
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+
+  // A wake-up for seq 1 starts a read; seq 1 is not stored yet when the read is taken.
+  wake(1)
+  await until(async () => reads.length > 0, 2000, 'the first read')
+  // Meanwhile the channel went down and came back: seqs 1 and 2 were written, their wake-ups lost.
+  stored.push({ ...event('one'), seq: 1 }, { ...event('two'), seq: 2 })
+  reconnects.forEach((listener) => listener())
+  await answerRead()
+  await answerRead()
+  t.same(received, [1, 2], 'the reconnect asked for a read after the one in flight')
 })
