@@ -139,6 +139,13 @@ t.test('an Idempotency-Key whose request died with its process can be retried af
   devModel.script({ hang: true })
   const first = send().catch(() => null)
   await until(async () => devModel.requests.length > 0, 10_000, 'the model call')
+  // The run's start is committed while its first model call goes out: kill only once it is
+  // stored, so the restart ends this run (run_recovered) rather than queueing it again.
+  const started = async () => {
+    const res = await fetch(`${server.url}/v1/sessions/${session.id}/events?types=state_changed`, { headers: { accept: 'application/json' } })
+    return ((await res.json()) as { data: unknown[] }).data.length > 0
+  }
+  await until(started, 10_000, 'the run stored as running')
   server.child.kill('SIGKILL')
   await server.exited
   await first
