@@ -7,7 +7,7 @@ import { callModel } from './model-turn.ts'
 import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
-import { runToolCall, startToolCall, type ToolCallHooks, type ToolCallStart } from './tool-call.ts'
+import { runToolCall, startToolCall, type ToolCallHooks } from './tool-call.ts'
 
 export type { RunDependencies } from './run-context.ts'
 export type { ExecuteTool, ToolCallHooks as RunHooks } from './tool-call.ts'
@@ -126,12 +126,9 @@ export class RunExecution {
       history.push(assistant)
 
       for (const call of toolCalls) {
-        let start = first
-        if (call !== first?.call) {
-          start = startToolCall(ctx, this.#hooks, step, call)
-          await ctx.commit(start.writes)
-        }
-        history.push(await runToolCall(ctx, this.#hooks, start as ToolCallStart))
+        const start = first?.call === call ? first : startToolCall(ctx, this.#hooks, step, call)
+        if (start !== first) await ctx.commit(start.writes)
+        history.push(await runToolCall(ctx, this.#hooks, start))
       }
       ctx.emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
       if (overTokens) throw new RunFailure(maxTokensError(maxTokens, this.#usage.totalTokens), 'system')
