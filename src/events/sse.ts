@@ -226,8 +226,7 @@ class EventStream implements OpenEventStream {
       // together would hold more than the budget, the ones that would hold more than their
       // share go first, so readers that keep up are not dropped for the slow ones; a reader
       // with nothing held always takes the frame.
-      this.#res.destroy()
-      this.#finish()
+      this.#drop()
       return
     }
     this.#send(frame)
@@ -239,10 +238,13 @@ class EventStream implements OpenEventStream {
     if (this.#ended) return
     ;(this.#pending ??= []).push(event)
     this.#pendingBytes += eventFrame(event).length
-    if (this.#pendingBytes > this.#maxBuffered) {
-      this.#res.destroy()
-      this.#finish()
-    }
+    if (this.#pendingBytes > this.#maxBuffered) this.#drop()
+  }
+
+  /** Disconnects a reader that is too slow; it resumes with Last-Event-ID. */
+  #drop(): void {
+    this.#res.destroy()
+    this.#finish()
   }
 
   async #replay(): Promise<void> {
