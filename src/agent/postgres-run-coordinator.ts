@@ -64,8 +64,13 @@ export class PostgresRunCoordinator implements RunCoordinator {
     this.#leaseMs = options.leaseMs
     this.#log = options.logger
     this.#stopListening = this.#channel.onMessage((message) => this.#receive(message))
-    this.#heartbeat = setInterval(() => void this.#beat(), Math.max(50, Math.floor(this.#leaseMs / 3)))
+    this.#heartbeat = setInterval(() => void this.#beat(), this.#beatMs)
     this.#heartbeat.unref()
+  }
+
+  /** The heartbeat's interval: a third of the lease. */
+  get #beatMs(): number {
+    return Math.max(50, Math.floor(this.#leaseMs / 3))
   }
 
   get #lease(): string {
@@ -272,7 +277,11 @@ export class PostgresRunCoordinator implements RunCoordinator {
       const { rows: cancelled } = await pool.query<Row>(`SELECT id FROM runs WHERE owner = $1 AND cancel_requested AND ${UNFINISHED}`, [this.ownerId])
       for (const row of cancelled) this.#signals.get(String(row.id))?.cancel()
       if (!this.#draining) {
-        const { rows: queued } = await pool.query<Row>(`SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND owner IS NULL LIMIT 100`)
+        // Not a run admitted within the last beat: the process that admitted it claims it at
+        // once, and the heartbeat is only the fallback for one whose wake-up was lost. Offered
+        // sooner, it raced that claim, and a run accepted by one process could run on another.
+        const { rows: queued } = await pool.query<Row>(`SELECT DISTINCT session_id FROM runs WHERE status = 'queued' AND owner IS NULL
+          AND created_at::timestamptz < now() - interval '${this.#beatMs} milliseconds' LIMIT 100`)
         for (const row of queued) this.#announce(String(row.session_id))
       }
       await this.#channel.sweep()

@@ -1,4 +1,5 @@
 import t from 'tap'
+import pg from 'pg'
 import { startCluster } from '../helpers/cluster.ts'
 
 const LEASE_MS = 1500
@@ -61,4 +62,27 @@ t.test('kill -9 the owner of a run: another process recovers it within the lease
     const all = await cluster.events(a, session.id)
     t.notOk(all.some((e) => e.type === 'run_recovered' && e.runId === live.id), 'the live run was not taken over')
   })
+})
+
+t.test('a queued run whose admitting process died before claiming it is run by another, after a heartbeat', async (t) => {
+  const cluster = await startCluster(t, 1, { AGENTD_RUN_LEASE_MS: String(LEASE_MS) })
+  const [a] = cluster.servers as [typeof cluster.servers[0]]
+  const session = (await cluster.api(a, 'POST', '/v1/sessions', { tools: [] })).json
+  cluster.devModel.script({ text: 'picked up' })
+  // The row an admission writes, by a process that died before it could claim (or announce) it.
+  const db = new pg.Client({ connectionString: cluster.env.DATABASE_URL })
+  await db.connect()
+  t.teardown(() => db.end())
+  const admittedAt = Date.now()
+  await db.query(`INSERT INTO runs (id, session_id, tenant, status, request_id, steps, usage, error, message_id, input, created_at)
+    VALUES ('run_orphanqueued', $1, 'default', 'queued', 'req_gone', 0, '{}', 'null', 'msg_orphanqueued', 'hello', $2)`,
+  [session.id, new Date(admittedAt).toISOString()])
+  const done = await cluster.eventOf(a, session.id, (e) => e.type === 'done' && e.runId === 'run_orphanqueued', 10_000, 'the orphaned queued run done')
+  t.equal(done.data.reason, 'completed')
+  const tookMs = Date.now() - admittedAt
+  // Offered once it is a beat old (a third of the lease), on a beat: within two beats and some.
+  t.ok(tookMs >= LEASE_MS / 3, `not offered while its admitting process could still claim it (${tookMs} ms)`)
+  t.ok(tookMs < LEASE_MS + 2000, `run ${tookMs} ms after it was admitted`)
+  const messages = (await cluster.api(a, 'GET', `/v1/sessions/${session.id}/messages`)).json.data
+  t.same(messages.map((m: { role: string; content: string }) => [m.role, m.content]), [['user', 'hello'], ['assistant', 'picked up']])
 })
