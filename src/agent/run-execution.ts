@@ -8,6 +8,7 @@ import { now, RunContext, RunFailure, type RunDependencies } from './run-context
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
 import { runToolCall, startToolCall, type ToolCallHooks } from './tool-call.ts'
+import { takeTurn } from './turn-share.ts'
 
 export type { RunDependencies } from './run-context.ts'
 export type { ExecuteTool, ToolCallHooks as RunHooks } from './tool-call.ts'
@@ -87,6 +88,10 @@ export class RunExecution {
       onUsage: (usage) => { this.#usage = addUsage(this.#usage, usage) }
     })
     for (let step = 1; step <= this.#maxSteps; step++) {
+      // Many runs come here in one turn when a group commit settles them together: they take
+      // turns (turn-share.ts) so that the runs already streaming are not held up.
+      const turn = takeTurn()
+      if (turn) await turn
       const started = Date.now()
       ctx.step = step
       const answer = await callModel(ctx, this.#hooks.tools, step, await context.fit(history, step)).catch(async (err: unknown) => {
