@@ -2,14 +2,19 @@ import type { EventBus } from '../events/event-bus.ts'
 import { newId } from '../ids.ts'
 import type { RunRecord, SessionRecord, Store } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
-import type { CallSignal, Cancellation, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
+import type { CallSignal, Cancellation, ClaimedRun, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
 import { waitForRun } from './wait-for-run.ts'
 
-/** A run in a session's queue; `stored` once its row is committed (only then may it start). */
+/**
+ * A run in a session's queue; `stored` once its row is committed. Only then may it start, unless
+ * it came to an idle session: such a run may start at once, with `storing` (its row's commit) as
+ * the gate of its writes.
+ */
 interface QueueEntry {
   run: RunRecord
   tenant: string
   stored: boolean
+  storing: Promise<void> | null
 }
 
 interface SessionRuns {
@@ -65,18 +70,24 @@ export class LocalRunCoordinator implements RunCoordinator {
       })
     }
     // The run takes its place in the queue now, before it is stored: acceptance order is call
-    // order, whatever order the store's commits resolve in. It may start once stored.
-    const entry: QueueEntry = { run, tenant: session.tenant, stored: false }
+    // order, whatever order the store's commits resolve in. A new run has no event to publish,
+    // so its row goes straight to the store, not through the event log.
+    const storing = this.#store.commit([{ type: 'newRun', run }]).then(() => undefined)
+    const entry: QueueEntry = { run, tenant: session.tenant, stored: false, storing: busy ? null : storing }
     runs.queue.push(entry)
     this.#count(session.tenant, +1)
+    // A run that comes to an idle session starts now: its first model call goes out while its row
+    // is committed (it waits for that commit before any write of its own: ClaimedRun.stored).
+    if (!busy) this.#announce(session.id)
     try {
-      // Straight to the store: a new run has no event to publish, so it waits for no publication.
-      await this.#store.commit([{ type: 'newRun', run }])
+      await storing
     } catch (err) {
+      // A run already claimed ends by itself once its gate fails; one still queued leaves the queue.
       this.#remove(session.id, entry)
       throw err
     }
     entry.stored = true
+    entry.storing = null
     const cancellation: Cancellation = { dequeued: [], signalled: [] }
     if (busy && onBusy === 'interrupt') {
       // Every run accepted before this one and not ended yet gives way: the active one stops, and
@@ -85,18 +96,19 @@ export class LocalRunCoordinator implements RunCoordinator {
       const earlier = runs.queue.slice(0, runs.queue.indexOf(entry)).filter((e) => e.stored).map((e) => e.run.id)
       cancellation.signalled = this.#signalCancel([...(runs.active ? [runs.active.run.id] : []), ...earlier])
     }
-    this.#announce(session.id)
+    // A busy session's run waits its turn; an idle one's is claimed already, unless draining kept it.
+    if (busy || runs.queue.includes(entry)) this.#announce(session.id)
     return cancellation
   }
 
-  async claimNext(sessionId: string): Promise<RunRecord | null> {
+  async claimNext(sessionId: string): Promise<ClaimedRun | null> {
     const runs = this.#sessions.get(sessionId)
     if (!runs || runs.active || this.#draining) return null
     const next = runs.queue[0]
-    if (!next?.stored) return null
+    if (!next || (!next.stored && !next.storing)) return null
     runs.queue.shift()
     runs.active = next
-    return next.run
+    return { run: next.run, stored: next.stored ? null : next.storing }
   }
 
   attach(runId: string, signals: RunSignals): () => void {
@@ -153,7 +165,7 @@ export class LocalRunCoordinator implements RunCoordinator {
   }
 
   async requeue(session: SessionRecord, run: RunRecord): Promise<void> {
-    this.#runsOf(session.id).queue.push({ run, tenant: session.tenant, stored: true })
+    this.#runsOf(session.id).queue.push({ run, tenant: session.tenant, stored: true, storing: null })
     this.#count(session.tenant, +1)
     this.#announce(session.id)
   }

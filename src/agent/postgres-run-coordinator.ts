@@ -7,7 +7,7 @@ import type { PostgresStore } from '../store/postgres.ts'
 import { toRun } from '../store/rows.ts'
 import type { RunRecord, SessionRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
-import type { CallSignal, Cancellation, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
+import type { CallSignal, Cancellation, ClaimedRun, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
 import { waitForRun } from './wait-for-run.ts'
 
 type Row = Record<string, unknown>
@@ -121,7 +121,7 @@ export class PostgresRunCoordinator implements RunCoordinator {
     return cancellation
   }
 
-  async claimNext(sessionId: string): Promise<RunRecord | null> {
+  async claimNext(sessionId: string): Promise<ClaimedRun | null> {
     if (this.#draining) return null
     // One statement: processes claiming at once all aim at the session's first queued run, so its
     // row lock lets one win; the others find it owned when they get the row, and claim nothing.
@@ -130,7 +130,8 @@ export class PostgresRunCoordinator implements RunCoordinator {
         AND owner IS NULL
         AND NOT EXISTS (SELECT 1 FROM runs a WHERE a.session_id = $1 AND a.${UNFINISHED} AND (a.owner IS NOT NULL OR a.status <> 'queued'))
       RETURNING *`, [sessionId, this.ownerId])
-    return rows[0] ? toRun(rows[0]) : null
+    // Only stored runs are queued here: a claimed run is never ahead of its row.
+    return rows[0] ? { run: toRun(rows[0]), stored: null } : null
   }
 
   attach(runId: string, signals: RunSignals): () => void {

@@ -25,6 +25,13 @@ export interface RunDependencies {
 
 export type RunPhase = 'model' | 'tool' | 'system'
 
+/** A run's write when its admission failed (ClaimedRun.stored): the run was never accepted and writes nothing. */
+export class RunNotAccepted extends Error {
+  constructor() {
+    super('the run was not accepted: its admission could not be committed')
+  }
+}
+
 /** Raised inside the loop to end the run as failed with a classified error. */
 export class RunFailure extends Error {
   readonly error: ClassifiedError
@@ -69,14 +76,30 @@ export class RunContext {
   #inFlight: Promise<unknown> | null = null
   /** Events emitted without waiting in this tick, committed together at its end (or before the next commit). */
   #soon: StoreWrite[] | null = null
+  /**
+   * Whether the run was accepted: its admission committed (at once when it was claimed stored).
+   * A run that started while its admission was committed (ClaimedRun.stored) hands its units
+   * over only after that, in order, and none if it failed: it was never accepted.
+   */
+  readonly accepted: Promise<boolean>
+  /** While the admission is being committed: what the run's units wait for. Null once it has. */
+  #gate: Promise<boolean> | null
 
-  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal, trace: RunTrace = NO_RUN_TRACE) {
+  constructor(
+    session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal, trace: RunTrace = NO_RUN_TRACE,
+    stored: Promise<void> | null = null
+  ) {
     this.session = session
     this.run = run
     this.deps = deps
     this.signal = signal
     this.trace = trace
     this.log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
+    this.accepted = stored ? stored.then(() => true, () => false) : Promise.resolve(true)
+    this.#gate = stored ? this.accepted : null
+    void this.accepted.then((accepted) => {
+      if (accepted) this.#gate = null
+    })
   }
 
   /** An event of this run, as a write of a unit of work. */
@@ -96,9 +119,19 @@ export class RunContext {
     this.#commitSoon()
     if (this.#inFlight) await this.#inFlight
     this.#throwUnsent()
-    const events = await this.deps.events.commit(this.session.id, writes)
+    const events = await this.#toLog(writes)
     this.#throwUnsent()
     return events
+  }
+
+  /** Hands a unit to the event log, once the run is accepted (#gate); throws RunNotAccepted if it never is. */
+  #toLog(writes: StoreWrite[]): Promise<EventRecord[]> {
+    const gate = this.#gate
+    if (!gate) return this.deps.events.commit(this.session.id, writes)
+    return gate.then((accepted) => {
+      if (!accepted) throw new RunNotAccepted()
+      return this.deps.events.commit(this.session.id, writes)
+    })
   }
 
   #throwUnsent(): void {
@@ -161,7 +194,7 @@ export class RunContext {
 
   /** Hands a unit to the event log without waiting; its failure is kept for the next awaited commit. */
   #handOver(writes: StoreWrite[]): Promise<void> {
-    return this.deps.events.commit(this.session.id, writes).then(() => undefined, (err: unknown) => {
+    return this.#toLog(writes).then(() => undefined, (err: unknown) => {
       this.#unsentError ??= err
     })
   }

@@ -20,6 +20,18 @@ export interface RunSignals {
   signal(callId: string, signal: CallSignal): boolean
 }
 
+/** A run claimed to execute here. */
+export interface ClaimedRun {
+  run: RunRecord
+  /**
+   * Null when the run is stored. Otherwise it was claimed while its admission is committed (an
+   * idle session's run starts at once, its first model call going out meanwhile): this settles
+   * with that commit, and the run writes nothing before it has. Should it fail, the run was never
+   * accepted (its client got the error): it ends without a trace, no event, no hook.
+   */
+  stored: Promise<void> | null
+}
+
 /** Runs the coordinator took out of a session's queue (they never started) and runs it asked to stop. */
 export interface Cancellation {
   /** Queued runs now owned by the caller, which records them as cancelled. */
@@ -49,7 +61,7 @@ export interface RunCoordinator {
    */
   admit(session: SessionRecord, run: RunRecord, onBusy: OnBusy, maxActiveRunsPerTenant: number): Promise<Cancellation>
   /** Claims the session's next queued run for this process when none of the session's runs is active. */
-  claimNext(sessionId: string): Promise<RunRecord | null>
+  claimNext(sessionId: string): Promise<ClaimedRun | null>
   /** Registers the signal handlers of a claimed run; returns the detach. */
   attach(runId: string, signals: RunSignals): () => void
   /** A claimed run has ended: the session may start its next one. */

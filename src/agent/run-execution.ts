@@ -27,13 +27,22 @@ export class RunExecution {
   readonly #hooks: ToolCallHooks
   #usage: Usage = emptyUsage()
 
-  constructor(session: SessionRecord, run: RunRecord, deps: RunDependencies, hooks: ToolCallHooks, signal: AbortSignal, trace?: RunTrace) {
-    this.#ctx = new RunContext(session, run, deps, signal, trace)
+  /** `stored`: see ClaimedRun.stored (the run may start while its admission is committed). */
+  constructor(
+    session: SessionRecord, run: RunRecord, deps: RunDependencies, hooks: ToolCallHooks, signal: AbortSignal, trace?: RunTrace,
+    stored: Promise<void> | null = null
+  ) {
+    this.#ctx = new RunContext(session, run, deps, signal, trace, stored)
     this.#hooks = hooks
   }
 
   get run(): RunRecord {
     return this.#ctx.run
+  }
+
+  /** Whether the run was accepted (see RunContext.accepted); an execution of one that was not leaves no trace. */
+  get accepted(): Promise<boolean> {
+    return this.#ctx.accepted
   }
 
   /** Runs the loop to its end; never throws. */
@@ -53,6 +62,13 @@ export class RunExecution {
       const failed = reason === 'max_steps'
       await closeRun(ctx, failed ? 'failed' : 'completed', reason, failed ? maxStepsError(this.#maxSteps) : null, 'system', answer)
     } catch (err) {
+      if (!(await ctx.accepted)) {
+        // Its admission failed, and its client got that error: the run never existed.
+        ctx.log.debug('run ended: its admission could not be committed')
+        ctx.run.status = 'cancelled'
+        ctx.run.endedAt ??= now()
+        return ctx.run
+      }
       if (isSessionGone(err)) {
         // The session was deleted under the run: nothing is left to record or to tell.
         ctx.log.debug('run ended: its session was deleted')

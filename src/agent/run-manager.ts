@@ -228,12 +228,12 @@ export class RunManager {
 
   /** Starts the session's next run if this process may claim it. */
   #pump(sessionId: string): void {
-    void this.#options.coordinator.claimNext(sessionId).then((run) => {
-      if (run) this.#start(run)
+    void this.#options.coordinator.claimNext(sessionId).then((claimed) => {
+      if (claimed) this.#start(claimed.run, claimed.stored)
     }, (err: unknown) => this.#options.logger.error({ err, sessionId }, 'could not claim the next run'))
   }
 
-  #start(record: RunRecord): void {
+  #start(record: RunRecord, stored: Promise<void> | null): void {
     const { coordinator } = this.#options
     let settle: (run: RunRecord) => void = () => {}
     const execution: Execution = {
@@ -251,7 +251,9 @@ export class RunManager {
         return true
       }
     })
-    void this.#execute(record, execution).then(async ({ run, tenant }) => {
+    // A run that started while its admission is committed stops at once if that fails (ClaimedRun.stored).
+    stored?.catch(() => execution.controller.abort())
+    void this.#execute(record, execution, stored).then(async ({ run, tenant }) => {
       detach()
       this.#executions.delete(record.id)
       await coordinator.release(record).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
@@ -262,7 +264,7 @@ export class RunManager {
   }
 
   /** Runs the claimed run to its end; with the tenant it ran for (null when its session is gone). */
-  async #execute(record: RunRecord, execution: Execution): Promise<{ run: RunRecord; tenant: string | null }> {
+  async #execute(record: RunRecord, execution: Execution, stored: Promise<void> | null): Promise<{ run: RunRecord; tenant: string | null }> {
     const { store, logger } = this.#options
     const signal = execution.controller.signal
     const traceparent = this.#traceparents.get(record.id)
@@ -293,13 +295,15 @@ export class RunManager {
           const answer = await this.#wait(execution, 'toolResult', call, s)
           return (answer as Extract<CallSignal, { kind: 'toolResult' }>).result
         }
-      }, signal, trace)
+      }, signal, trace, stored)
       const ended = await trace.within(() => run.execute())
       trace.end(ended)
-      return { run: ended, tenant }
+      // A run that was never accepted (its admission failed) tells no hook that it ended.
+      return { run: ended, tenant: (await run.accepted) ? tenant : null }
     } catch (err) {
-      logger.error({ err, runId: record.id }, 'run could not start')
-      return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant }
+      const accepted = stored ? await stored.then(() => true, () => false) : true
+      if (accepted) logger.error({ err, runId: record.id }, 'run could not start')
+      return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant: accepted ? tenant : null }
     }
   }
 

@@ -1,6 +1,7 @@
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
 import { readSse, type StreamedEvent } from '../helpers/sse.ts'
+import { until } from '../helpers/server-process.ts'
 
 const types = (events: StreamedEvent[]) => events.map((e) => e.type)
 
@@ -344,4 +345,59 @@ t.test('the conversation pages with limit and nextCursor, in order, and refuses 
     t.equal(res.json().error.details.fields[0].field, 'querystring.cursor')
   }
   t.equal((await app.inject({ method: 'GET', url: `${url}?limit=1001` })).statusCode, 400, 'limit is at most 1000')
+})
+
+t.test('a run of an idle session calls the model while its admission is committed', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'answer' })
+  const before = devModel.requests.length
+  const store = app.agentd.store
+  const commit = store.commit
+  store.commit = async (writes) => {
+    const committed = commit.call(store, writes)
+    // The run's row is accepted only once the model has its request: a run that waited for its
+    // admission before calling the model would never get there, and this test would time out.
+    if (writes.some((w) => w.type === 'newRun')) await until(async () => devModel.requests.length > before, 3000, 'the model call')
+    return committed
+  }
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' } })
+  t.equal(res.statusCode, 200)
+  t.equal(res.json().run.status, 'completed')
+  t.equal(res.json().message?.content, 'answer')
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.equal(types(events)[0], 'state_changed', 'the run\'s start is its first event, before its text')
+  t.equal(types(events).at(-1), 'done')
+})
+
+t.test('a run whose admission fails after its model call went out leaves no trace, and the session takes the next message', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'never stored', delayMs: 100 }, { text: 'second answer' })
+  const before = devModel.requests.length
+  const store = app.agentd.store
+  const commit = store.commit
+  let failed = false
+  store.commit = async (writes) => {
+    if (!failed && writes.some((w) => w.type === 'newRun')) {
+      failed = true
+      await until(async () => devModel.requests.length > before, 3000, 'the model call')
+      throw new Error('disk I/O error')
+    }
+    return commit.call(store, writes)
+  }
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'first' } })
+  t.equal(res.statusCode, 500, 'the client gets the failure')
+  t.equal(res.json().error.code, 'INTERNAL')
+  await until(async () => app.agentd.runs.activeCount === 0, 3000, 'the run to stop')
+
+  const second = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'second' } })
+  t.equal(second.statusCode, 200, 'the session is free for the next message')
+  t.equal(second.json().message.content, 'second answer')
+  const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data as Array<{ content: string | null }>
+  t.same(messages.map((m) => m.content), ['second', 'second answer'], 'nothing of the refused run was stored')
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  const runIds = new Set(events.map((e) => e.runId).filter(Boolean))
+  t.same([...runIds], [second.json().run.id], 'every event is the accepted run\'s')
+  t.equal(events.filter((e) => e.type === 'done').length, 1)
 })
