@@ -104,9 +104,11 @@ export class RunExecution {
       onUsage: (usage) => { this.#usage = addUsage(this.#usage, usage) }
     })
     for (let step = 1; step <= this.#maxSteps; step++) {
-      // Many runs come here in one turn when a group commit settles them together: they take
-      // turns (turn-share.ts) so that the runs already streaming are not held up.
-      const turn = takeTurn()
+      // Many runs start in one turn when a group commit settles their admissions together: they
+      // take turns (turn-share.ts) so that the runs already streaming are not held up. Later
+      // steps do not: under steady load their turns are short anyway, and taking turns there
+      // cost batching (CPU per run) for little of the tail.
+      const turn = step === 1 ? takeTurn() : undefined
       if (turn) await turn
       const started = Date.now()
       ctx.step = step

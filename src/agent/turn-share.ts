@@ -1,18 +1,18 @@
 import { performance } from 'node:perf_hooks'
 
 /**
- * How long the runs may spend making model calls in one turn of the event loop before the rest
- * wait for a later turn. A group commit settles many runs' writes at once (a hundred admissions,
- * a hundred steps that ended together), and each of those runs then builds and sends its next
- * model call, ~0.5-1 ms of CPU apiece: in one turn, 50-100 ms during which no chunk of the runs
- * already streaming is read, stored or sent. Past the budget, a run waits for a later turn,
- * which comes after the poll phase has read what arrived meanwhile and relayed it.
+ * How long runs may spend starting in one turn of the event loop before the rest wait for a later
+ * turn. A group commit settles many runs' admissions at once (a hundred messages posted
+ * together), and each of those runs then builds and sends its first model call, ~0.5-1 ms of CPU
+ * apiece: in one turn, 50-100 ms during which no chunk of the runs already streaming is read,
+ * stored or sent. Past the budget, a run waits for a later turn, which comes after the poll
+ * phase has read what arrived meanwhile and relayed it.
  *
- * The price is batching: shorter turns mean smaller group commits and more socket writes per
- * frame sent. Measured on the bench machine (README, Benchmarks): with 100 streams, the chunk →
- * frame p99 fell from a median of 58 ms to 42 and the longest event-loop stall from 48-120 ms to
- * 37-57; with 50 clients starting runs back to back, agentd spent 8-16 % more CPU per run (a
- * 5 ms budget cost as much).
+ * The price is batching: shorter turns mean smaller group commits and more socket writes and
+ * reads per run. Measured on the bench machine (README, Benchmarks): with 100 streams, the chunk
+ * → frame p99 fell from 60-78 ms to 22-34 ms; with 50 clients starting runs back to back, agentd
+ * spent ~8 % more CPU per run. Taking turns before every step's model call, not only the first,
+ * cost 13-21 % for no more of the tail; a 5 ms budget cost as much as 2 ms.
  */
 const TURN_BUDGET_MS = 2
 
