@@ -1,6 +1,7 @@
 /**
  * The benchmarks: `npm run bench -- <e2e|overhead|latency|throughput|model|store|frames|streams|all>`,
- * and `npm run bench -- ab <checkout A> <checkout B>` to compare two checkouts (bench/ab.ts).
+ * and `npm run bench -- ab <checkout A> <checkout B>` to compare two checkouts (bench/ab.ts; one
+ * run at a time), `npm run bench -- ab-throughput <checkout A> <checkout B>` the same with 50 clients.
  * They print figures; they are never tests. Each starts its own model and agentd processes on
  * 127.0.0.1 (store drives the SQLite store in its own process, with no HTTP), stops by itself
  * after a fixed amount of work (and a time limit), and leaves nothing running.
@@ -23,14 +24,15 @@ const benches: Record<string, () => Promise<{ run(): Promise<void> }>> = {
 }
 /** Benches that take arguments, so not part of `all`. */
 const withArguments: Record<string, () => Promise<{ run(): Promise<void> }>> = {
-  ab: () => import('./ab.ts')
+  ab: () => import('./ab.ts'),
+  'ab-throughput': () => import('./ab-throughput.ts')
 }
 const TIME_LIMIT_MS = 15 * 60_000
 
 const name = process.argv[2] ?? ''
 const selected = name === 'all' ? Object.keys(benches) : [name]
 if (!selected.every((bench) => bench in benches || bench in withArguments)) {
-  console.error(`usage: npm run bench -- <${[...Object.keys(benches), 'all'].join('|')}>, or npm run bench -- ab <checkout A> <checkout B>`)
+  console.error(`usage: npm run bench -- <${[...Object.keys(benches), 'all'].join('|')}>, or npm run bench -- <ab|ab-throughput> <checkout A> <checkout B>`)
   process.exit(1)
 }
 
