@@ -11,7 +11,7 @@ import { performance } from 'node:perf_hooks'
  * The price is batching: shorter turns mean smaller group commits and more socket writes and
  * reads per run. Measured on the bench machine (README, Benchmarks): with 100 streams, the chunk
  * → frame p99 fell from 60-78 ms to 22-34 ms; with 50 clients starting runs back to back, agentd
- * spent ~8 % more CPU per run. Taking turns before every step's model call, not only the first,
+ * spent 1-8 % more CPU per run. Taking turns before every step's model call, not only the first,
  * cost 13-21 % for no more of the tail; a 5 ms budget cost as much as 2 ms.
  */
 const TURN_BUDGET_MS = 2
