@@ -1,12 +1,12 @@
-import { AgentdClient, assertClean, cpuTimeMs, runPool, sqliteSetting, startServiceProcess, startStampingModelProcess } from './harness.ts'
+import { assertClean, cpuTimeMs, runPool, type AgentdClient } from './harness.ts'
 import type { ChildServer } from './child.ts'
+import { startCheckouts } from './ab.ts'
 import { fmt, printTable } from './report.ts'
 
 const CONCURRENCY = 50
 const WARMUP = 200
 const RUNS = Number(process.env['BENCH_AB_RUNS'] ?? 1000)
 const ROUNDS = Number(process.env['BENCH_AB_ROUNDS'] ?? 4)
-const CHUNKS = 20
 const TIME_LIMIT_MS = 600_000
 
 /**
@@ -19,20 +19,9 @@ const TIME_LIMIT_MS = 600_000
  * BENCH_AB_RUNS (default 1000) and BENCH_AB_ROUNDS (default 4); BENCH_SQLITE=memory for `:memory:`.
  */
 export async function run(): Promise<void> {
-  const [dirA, dirB] = process.argv.slice(3)
-  if (!dirA || !dirB) throw new Error('usage: npm run bench -- ab-throughput <checkout A> <checkout B>')
-  const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: 0, toolName: 'fs_list' })
-  const services: ChildServer[] = []
-  const clients: AgentdClient[] = []
+  const { dirA, dirB, services, clients, close } = await startCheckouts('ab-throughput', CONCURRENCY + 4)
   const deadline = Date.now() + TIME_LIMIT_MS
   try {
-    for (const dir of [dirA, dirB]) {
-      // Each checkout's agentd is started by its own harness, from its own sources.
-      const harness = (await import(`${dir}/bench/harness.ts`)) as { startServiceProcess: typeof startServiceProcess }
-      const service = await harness.startServiceProcess(model.url, sqliteSetting())
-      services.push(service)
-      clients.push(new AgentdClient(service.url, CONCURRENCY + 4))
-    }
     const oneRun = (client: AgentdClient) => async () => {
       const sessionId = await client.createSession({})
       const done = await client.streamMessage(sessionId, 'List the workspace, then answer.')
@@ -72,8 +61,6 @@ export async function run(): Promise<void> {
         fmt(median(b.map((r) => r.cpuMsPerRun)) / median(a.map((r) => r.cpuMsPerRun)), 2)]
     ])
   } finally {
-    for (const client of clients) await client.close()
-    for (const service of services) await service.close()
-    await model.close()
+    await close()
   }
 }

@@ -15,19 +15,8 @@ const RUNS = Number(process.env['BENCH_AB_RUNS'] ?? 1500)
  * BENCH_AB_RUNS sets the runs per checkout (default 1500); BENCH_SQLITE=memory uses `:memory:`.
  */
 export async function run(): Promise<void> {
-  const [dirA, dirB] = process.argv.slice(3)
-  if (!dirA || !dirB) throw new Error('usage: npm run bench -- ab <checkout A> <checkout B>')
-  const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: 0, toolName: 'fs_list' })
-  const services: ChildServer[] = []
-  const clients: AgentdClient[] = []
+  const { dirA, dirB, clients, close } = await startCheckouts('ab', 2)
   try {
-    // Each checkout's agentd is started by its own harness, from its own sources.
-    for (const dir of [dirA, dirB]) {
-      const harness = (await import(`${dir}/bench/harness.ts`)) as { startServiceProcess: typeof startServiceProcess }
-      const service = await harness.startServiceProcess(model.url, sqliteSetting())
-      services.push(service)
-      clients.push(new AgentdClient(service.url, 2))
-    }
     const timings = [{ e2e: [] as number[], firstText: [] as number[] }, { e2e: [] as number[], firstText: [] as number[] }]
     for (let i = 0; i < WARMUP + RUNS; i++) {
       for (const which of i % 2 === 0 ? [0, 1] : [1, 0]) {
@@ -50,8 +39,34 @@ export async function run(): Promise<void> {
         fmt(percentile(b.firstText, 50) / percentile(a.firstText, 50)), fmt(percentile(b.firstText, 90) / percentile(a.firstText, 90))]
     ])
   } finally {
+    await close()
+  }
+}
+
+/** Two checkouts' agentd (given on the command line), each started by its own harness from its own sources, on one model. */
+export async function startCheckouts(bench: string, connections: number): Promise<{
+  dirA: string; dirB: string; services: ChildServer[]; clients: AgentdClient[]; close(): Promise<void>
+}> {
+  const [dirA, dirB] = process.argv.slice(3)
+  if (!dirA || !dirB) throw new Error(`usage: npm run bench -- ${bench} <checkout A> <checkout B>`)
+  const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: 0, toolName: 'fs_list' })
+  const services: ChildServer[] = []
+  const clients: AgentdClient[] = []
+  const close = async () => {
     for (const client of clients) await client.close()
     for (const service of services) await service.close()
     await model.close()
   }
+  try {
+    for (const dir of [dirA, dirB]) {
+      const harness = (await import(`${dir}/bench/harness.ts`)) as { startServiceProcess: typeof startServiceProcess }
+      const service = await harness.startServiceProcess(model.url, sqliteSetting())
+      services.push(service)
+      clients.push(new AgentdClient(service.url, connections))
+    }
+  } catch (err) {
+    await close()
+    throw err
+  }
+  return { dirA, dirB, services, clients, close }
 }
