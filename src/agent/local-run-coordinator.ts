@@ -14,7 +14,7 @@ interface QueueEntry {
   run: RunRecord
   tenant: string
   stored: boolean
-  storing: Promise<void> | null
+  storing: Promise<unknown> | null
 }
 
 interface SessionRuns {
@@ -72,7 +72,7 @@ export class LocalRunCoordinator implements RunCoordinator {
     // The run takes its place in the queue now, before it is stored: acceptance order is call
     // order, whatever order the store's commits resolve in. A new run has no event to publish,
     // so its row goes straight to the store, not through the event log.
-    const storing = this.#store.commit([{ type: 'newRun', run }]).then(() => undefined)
+    const storing = this.#store.commit([{ type: 'newRun', run }])
     const entry: QueueEntry = { run, tenant: session.tenant, stored: false, storing: busy ? null : storing }
     runs.queue.push(entry)
     this.#count(session.tenant, +1)

@@ -77,17 +77,16 @@ export class RunContext {
   /** Events emitted without waiting in this tick, committed together at its end (or before the next commit). */
   #soon: StoreWrite[] | null = null
   /**
-   * Whether the run was accepted: its admission committed (at once when it was claimed stored).
-   * A run that started while its admission was committed (ClaimedRun.stored) hands its units
-   * over only after that, in order, and none if it failed: it was never accepted.
+   * While the run's admission is being committed (it was claimed before: ClaimedRun.stored),
+   * whether that commit succeeded: the run's units are handed over only after it, in order, and
+   * none if it failed (the run was never accepted). Null once it has succeeded, or from the start.
    */
-  readonly accepted: Promise<boolean>
-  /** While the admission is being committed: what the run's units wait for. Null once it has. */
   #gate: Promise<boolean> | null
 
+  /** `accepted`: the admission's outcome when the run started before it was stored; omitted when it was stored. */
   constructor(
     session: SessionRecord, run: RunRecord, deps: RunDependencies, signal: AbortSignal, trace: RunTrace = NO_RUN_TRACE,
-    stored: Promise<void> | null = null
+    accepted: Promise<boolean> | null = null
   ) {
     this.session = session
     this.run = run
@@ -95,10 +94,9 @@ export class RunContext {
     this.signal = signal
     this.trace = trace
     this.log = deps.logger.child({ reqId: run.requestId, sessionId: session.id, runId: run.id })
-    this.accepted = stored ? stored.then(() => true, () => false) : Promise.resolve(true)
-    this.#gate = stored ? this.accepted : null
-    void this.accepted.then((accepted) => {
-      if (accepted) this.#gate = null
+    this.#gate = accepted
+    void accepted?.then((ok) => {
+      if (ok) this.#gate = null
     })
   }
 

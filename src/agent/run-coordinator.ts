@@ -29,7 +29,7 @@ export interface ClaimedRun {
    * with that commit, and the run writes nothing before it has. Should it fail, the run was never
    * accepted (its client got the error): it ends without a trace, no event, no hook.
    */
-  stored: Promise<void> | null
+  stored: Promise<unknown> | null
 }
 
 /** Runs the coordinator took out of a session's queue (they never started) and runs it asked to stop. */

@@ -25,24 +25,24 @@ export type { ExecuteTool, ToolCallHooks as RunHooks } from './tool-call.ts'
 export class RunExecution {
   readonly #ctx: RunContext
   readonly #hooks: ToolCallHooks
+  readonly #accepted: Promise<boolean> | null
   #usage: Usage = emptyUsage()
 
-  /** `stored`: see ClaimedRun.stored (the run may start while its admission is committed). */
+  /**
+   * `accepted`: the outcome of the run's admission when it started before it was stored
+   * (ClaimedRun.stored); omitted when it was stored.
+   */
   constructor(
     session: SessionRecord, run: RunRecord, deps: RunDependencies, hooks: ToolCallHooks, signal: AbortSignal, trace?: RunTrace,
-    stored: Promise<void> | null = null
+    accepted: Promise<boolean> | null = null
   ) {
-    this.#ctx = new RunContext(session, run, deps, signal, trace, stored)
+    this.#ctx = new RunContext(session, run, deps, signal, trace, accepted)
+    this.#accepted = accepted
     this.#hooks = hooks
   }
 
   get run(): RunRecord {
     return this.#ctx.run
-  }
-
-  /** Whether the run was accepted (see RunContext.accepted); an execution of one that was not leaves no trace. */
-  get accepted(): Promise<boolean> {
-    return this.#ctx.accepted
   }
 
   /** Runs the loop to its end; never throws. */
@@ -62,7 +62,7 @@ export class RunExecution {
       const failed = reason === 'max_steps'
       await closeRun(ctx, failed ? 'failed' : 'completed', reason, failed ? maxStepsError(this.#maxSteps) : null, 'system', answer)
     } catch (err) {
-      if (!(await ctx.accepted)) {
+      if (this.#accepted && !(await this.#accepted)) {
         // Its admission failed, and its client got that error: the run never existed.
         ctx.log.debug('run ended: its admission could not be committed')
         ctx.run.status = 'cancelled'

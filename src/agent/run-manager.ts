@@ -233,7 +233,7 @@ export class RunManager {
     }, (err: unknown) => this.#options.logger.error({ err, sessionId }, 'could not claim the next run'))
   }
 
-  #start(record: RunRecord, stored: Promise<void> | null): void {
+  #start(record: RunRecord, stored: Promise<unknown> | null): void {
     const { coordinator } = this.#options
     let settle: (run: RunRecord) => void = () => {}
     const execution: Execution = {
@@ -252,8 +252,11 @@ export class RunManager {
       }
     })
     // A run that started while its admission is committed stops at once if that fails (ClaimedRun.stored).
-    stored?.catch(() => execution.controller.abort())
-    void this.#execute(record, execution, stored).then(async ({ run, tenant }) => {
+    const accepted = stored ? stored.then(() => true, () => false) : null
+    void accepted?.then((ok) => {
+      if (!ok) execution.controller.abort()
+    })
+    void this.#execute(record, execution, accepted).then(async ({ run, tenant }) => {
       detach()
       this.#executions.delete(record.id)
       await coordinator.release(record).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
@@ -264,7 +267,8 @@ export class RunManager {
   }
 
   /** Runs the claimed run to its end; with the tenant it ran for (null when its session is gone). */
-  async #execute(record: RunRecord, execution: Execution, stored: Promise<void> | null): Promise<{ run: RunRecord; tenant: string | null }> {
+  /** `accepted`: the admission's outcome, for a run claimed before it was stored (null when it was). */
+  async #execute(record: RunRecord, execution: Execution, accepted: Promise<boolean> | null): Promise<{ run: RunRecord; tenant: string | null }> {
     const { store, logger } = this.#options
     const signal = execution.controller.signal
     const traceparent = this.#traceparents.get(record.id)
@@ -295,15 +299,15 @@ export class RunManager {
           const answer = await this.#wait(execution, 'toolResult', call, s)
           return (answer as Extract<CallSignal, { kind: 'toolResult' }>).result
         }
-      }, signal, trace, stored)
+      }, signal, trace, accepted)
       const ended = await trace.within(() => run.execute())
       trace.end(ended)
       // A run that was never accepted (its admission failed) tells no hook that it ended.
-      return { run: ended, tenant: (await run.accepted) ? tenant : null }
+      return { run: ended, tenant: (await accepted) === false ? null : tenant }
     } catch (err) {
-      const accepted = stored ? await stored.then(() => true, () => false) : true
-      if (accepted) logger.error({ err, runId: record.id }, 'run could not start')
-      return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant: accepted ? tenant : null }
+      const refused = (await accepted) === false
+      if (!refused) logger.error({ err, runId: record.id }, 'run could not start')
+      return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant: refused ? null : tenant }
     }
   }
 

@@ -59,9 +59,9 @@ function tryNext(): void {
 }
 
 /**
- * Called by a run before each model call: undefined (go on) while this turn has budget left and
- * nobody is waiting, else a promise that resolves on the run's turn, in the order the runs came.
- * One run at a time never waits.
+ * Called by a run before its first model call: undefined (go on) while this turn has budget left
+ * and nobody is waiting, else a promise that resolves on the run's turn, in the order the runs
+ * came. One run at a time never waits.
  */
 export function takeTurn(): Promise<void> | undefined {
   if (waiting.length === 0 && budgetLeft()) return undefined
