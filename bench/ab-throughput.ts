@@ -1,7 +1,7 @@
 import { assertClean, cpuTimeMs, runPool, type AgentdClient } from './harness.ts'
 import type { ChildServer } from './child.ts'
 import { startCheckouts } from './ab.ts'
-import { fmt, printTable } from './report.ts'
+import { fmt, percentile, printTable } from './report.ts'
 
 const CONCURRENCY = 50
 const WARMUP = 200
@@ -43,11 +43,7 @@ export async function run(): Promise<void> {
       }
     }
 
-    const median = (values: number[]) => {
-      const sorted = [...values].sort((a, b) => a - b)
-      const mid = Math.floor(sorted.length / 2)
-      return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
-    }
+    const median = (values: number[]) => percentile(values, 50)
     const [a, b] = rounds as [typeof rounds[0], typeof rounds[0]]
     console.log(`\nab-throughput: ${ROUNDS} rounds of ${RUNS} runs on each checkout, ${CONCURRENCY} at once, alternating which goes first`)
     printTable([
