@@ -42,6 +42,7 @@ export function waitForRun(bus: EventBus, store: Store, sessionId: string, runId
     const unEnded = bus.onSessionEnded((ended) => {
       if (ended === sessionId) settle(null)
     })
-    check()
+    // Read once the subscription is set: a `done` committed before then is in what this reads.
+    void bus.subscribed(sessionId).then(check)
   })
 }

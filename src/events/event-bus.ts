@@ -17,6 +17,13 @@ export interface EventBus {
   publish(event: EventRecord): void
   /** Calls the listener with every event of the session published from now on; returns the unsubscribe. */
   subscribe(sessionId: string, listener: EventListener): () => void
+  /**
+   * Resolves once the session's subscription knows where it starts: a store read issued after
+   * that sees every event the bus will not deliver to it. A subscriber that reads the store to
+   * fill in what came before (SSE replay, a run's status) reads after this, or it may miss an
+   * event committed while the subscription was being set up.
+   */
+  subscribed(sessionId: string): Promise<void>
   /** Calls the listener with every event this process publishes, whatever the session (metrics). */
   subscribeAll(listener: EventListener): () => void
   /** Says that a session was deleted: no event of it will follow (its streams end, on every process). */
@@ -49,6 +56,11 @@ export class LocalEventBus implements EventBus {
       set.delete(listener)
       if (set.size === 0 && this.#listeners.get(sessionId) === set) this.#listeners.delete(sessionId)
     }
+  }
+
+  /** In-process delivery starts the moment subscribe returns. */
+  subscribed(): Promise<void> {
+    return Promise.resolve()
   }
 
   subscribeAll(listener: EventListener): () => void {

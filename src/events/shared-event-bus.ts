@@ -105,6 +105,16 @@ export class SharedEventBus implements EventBus {
     }
   }
 
+  /**
+   * Where a subscription starts is the session's newest seq as read when it was made (subscribe);
+   * that read runs on a pooled connection of its own, so an event committed meanwhile may be in
+   * it. A subscriber's own read of the store must come after it: one issued earlier could run
+   * first and see less, and the event between the two would reach it neither way.
+   */
+  subscribed(sessionId: string): Promise<void> {
+    return this.#followed.get(sessionId)?.ready ?? Promise.resolve()
+  }
+
   subscribeAll(listener: EventListener): () => void {
     this.#everything.add(listener)
     return () => this.#everything.delete(listener)

@@ -1,9 +1,10 @@
 import type { ServerResponse } from 'node:http'
 import { dataJsonOf, type EventRecord, type EventChannel, type Store } from '../store/store.ts'
 
-/** What a stream subscribes through: the EventBus port (only its subscribe). */
+/** What a stream subscribes through: the EventBus port (its subscribe, and when the subscription is set). */
 export interface EventFeed {
   subscribe(sessionId: string, listener: (event: EventRecord) => void): () => void
+  subscribed(sessionId: string): Promise<void>
 }
 
 /**
@@ -93,6 +94,7 @@ export function openEventStream(res: ServerResponse, store: Store, feed: EventFe
 class EventStream implements OpenEventStream {
   readonly #res: ServerResponse
   readonly #store: Store
+  readonly #feed: EventFeed
   readonly #sessionId: string
   readonly #channels: Set<EventChannel> | null
   readonly #types: Set<string> | null
@@ -115,6 +117,7 @@ class EventStream implements OpenEventStream {
   constructor(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions) {
     this.#res = res
     this.#store = store
+    this.#feed = feed
     this.#sessionId = options.sessionId
     this.#channels = options.channels?.length ? new Set(options.channels) : null
     this.#types = options.types?.length ? new Set(options.types) : null
@@ -250,6 +253,8 @@ class EventStream implements OpenEventStream {
   async #replay(): Promise<void> {
     const res = this.#res
     try {
+      // The replay reads what the live feed will not bring: only once the feed knows where it starts.
+      await this.#feed.subscribed(this.#sessionId)
       for (;;) {
         const page = await this.#store.listEvents(this.#sessionId, {
           after: this.#lastSeq,

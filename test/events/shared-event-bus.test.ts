@@ -1,7 +1,9 @@
 import t from 'tap'
+import { createServer } from 'node:http'
 import { PostgresChannel, type ClusterChannel, type ClusterMessage } from '../../src/events/cluster-channel.ts'
 import { EventLog } from '../../src/events/event-log.ts'
 import { SharedEventBus } from '../../src/events/shared-event-bus.ts'
+import { openEventStream } from '../../src/events/sse.ts'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import type { EventRecord, SessionRecord, Store } from '../../src/store/store.ts'
 import type { TapTest } from '../helpers/app.ts'
@@ -42,6 +44,8 @@ t.test('events written by two processes reach a subscriber on either, each once,
   const onA: EventRecord[] = []
   b.bus.subscribe('ses_bus', (e) => onB.push(e))
   a.bus.subscribe('ses_bus', (e) => onA.push(e))
+  // Live delivery covers what is written once the subscriptions are set; before, a replay would.
+  await Promise.all([a.bus.subscribed('ses_bus'), b.bus.subscribed('ses_bus')])
   for (let i = 0; i < 30; i++) {
     const writer = i % 3 === 0 ? b.log : a.log
     void writer.append(event(`e${i}`))
@@ -66,6 +70,7 @@ t.test('a listening connection that drops reconnects, and what was written meanw
   const { a, b, schema } = await twoProcesses(t)
   const onB: EventRecord[] = []
   b.bus.subscribe('ses_bus', (e) => onB.push(e))
+  await b.bus.subscribed('ses_bus')
   await a.log.append(event('before'))
   await until(async () => onB.length === 1, 5000, 'the first event')
   const admin = new PostgresStore({ connectionString: postgresUrl })
@@ -119,4 +124,81 @@ t.test('a reconnect during a catch-up read still reads what was written while th
   await answerRead()
   await answerRead()
   t.same(received, [1, 2], 'the reconnect asked for a read after the one in flight')
+})
+
+t.test('a subscription is set only once its starting point is read, so a read after it misses nothing the bus skips', async (t) => {
+  // Another process commits seq 1 while this one's subscription reads where it starts: that read
+  // (on a pooled connection of its own) answers after the commit, so the bus starts after seq 1.
+  const stored: EventRecord[] = []
+  let answerBaseline: () => void = () => {}
+  const store = {
+    getSessionById: () => new Promise((resolve) => {
+      answerBaseline = () => resolve({ lastSeq: stored.length })
+    }),
+    listEvents: async (_sessionId: string, options: { after: number }) => stored.filter((e) => e.seq > options.after)
+  } as unknown as Store
+  const channel: ClusterChannel = {
+    kind: 'postgres',
+    send: async () => undefined,
+    onMessage: () => () => undefined,
+    onReconnect: () => () => undefined,
+    sweep: async () => undefined,
+    close: async () => undefined
+  }
+  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
+  t.teardown(() => bus.close())
+  const live: number[] = []
+  bus.subscribe('ses_bus', (e) => live.push(e.seq))
+  let set = false
+  const subscribed = bus.subscribed('ses_bus').then(() => {
+    set = true
+  })
+  await new Promise((resolve) => setImmediate(resolve))
+  t.notOk(set, 'not set while where it starts is still being read')
+  stored.push({ ...event('committed meanwhile'), seq: 1 })
+  answerBaseline()
+  await subscribed
+  const replayed = (await store.listEvents('ses_bus', { after: 0 })).map((e) => e.seq)
+  t.same([...replayed, ...live], [1], 'the event the bus starts after is in a read made once it is set, and only there')
+})
+
+t.test('an SSE stream replays only once its subscription is set', async (t) => {
+  const stored: EventRecord[] = []
+  let set = false
+  let answer: () => void = () => {}
+  const feed = {
+    subscribe: () => () => undefined,
+    subscribed: () => new Promise<void>((resolve) => {
+      answer = () => {
+        set = true
+        resolve()
+      }
+    })
+  }
+  const readsBeforeSet: number[] = []
+  const store = {
+    listEvents: async () => {
+      if (!set) readsBeforeSet.push(1)
+      return stored
+    }
+  } as unknown as Store
+  const app = createServer((_req, res) => {
+    openEventStream(res, store, feed, { sessionId: 'ses_bus', after: 0 })
+  })
+  await new Promise<void>((resolve) => app.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => new Promise((resolve) => app.close(resolve)))
+  const { port } = app.address() as { port: number }
+  const controller = new AbortController()
+  t.teardown(() => controller.abort())
+  const response = await fetch(`http://127.0.0.1:${port}/`, { signal: controller.signal })
+  t.equal(response.status, 200)
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  t.same(readsBeforeSet, [], 'no replay read before the subscription is set')
+  stored.push({ ...event('committed meanwhile'), seq: 1 })
+  answer()
+  const reader = (response.body as ReadableStream<Uint8Array>).getReader()
+  let text = ''
+  while (!text.includes('committed meanwhile')) text += new TextDecoder().decode((await reader.read()).value)
+  t.match(text, /id: 1\nevent: committed meanwhile/, 'the replay, made after, carries the event')
+  controller.abort()
 })
