@@ -36,6 +36,21 @@ async function twoProcesses(t: TapTest) {
   return { a, b, schema }
 }
 
+/** A channel the test drives: it delivers what the test hands its listeners, and sends nothing. */
+function drivenChannel() {
+  const messages = new Set<(message: ClusterMessage) => void>()
+  const reconnects = new Set<() => void>()
+  const channel: ClusterChannel = {
+    kind: 'postgres',
+    send: async () => undefined,
+    onMessage: (listener) => (messages.add(listener), () => messages.delete(listener)),
+    onReconnect: (listener) => (reconnects.add(listener), () => reconnects.delete(listener)),
+    sweep: async () => undefined,
+    close: async () => undefined
+  }
+  return { channel, messages, reconnects }
+}
+
 const event = (type: string) => ({ sessionId: 'ses_bus', runId: null, channel: 'monitor' as const, type, at: new Date().toISOString(), requestId: null, data: {} })
 
 t.test('events written by two processes reach a subscriber on either, each once, in seq order', async (t) => {
@@ -94,16 +109,7 @@ t.test('a reconnect during a catch-up read still reads what was written while th
       return new Promise<EventRecord[]>((resolve) => reads.push(() => resolve(answer)))
     }
   } as unknown as Store
-  const messages = new Set<(message: ClusterMessage) => void>()
-  const reconnects = new Set<() => void>()
-  const channel: ClusterChannel = {
-    kind: 'postgres',
-    send: async () => undefined,
-    onMessage: (listener) => (messages.add(listener), () => messages.delete(listener)),
-    onReconnect: (listener) => (reconnects.add(listener), () => reconnects.delete(listener)),
-    sweep: async () => undefined,
-    close: async () => undefined
-  }
+  const { channel, messages, reconnects } = drivenChannel()
   const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
   t.teardown(() => bus.close())
   const received: number[] = []
@@ -137,15 +143,7 @@ t.test('a subscription is set only once its starting point is read, so a read af
     }),
     listEvents: async (_sessionId: string, options: { after: number }) => stored.filter((e) => e.seq > options.after)
   } as unknown as Store
-  const channel: ClusterChannel = {
-    kind: 'postgres',
-    send: async () => undefined,
-    onMessage: () => () => undefined,
-    onReconnect: () => () => undefined,
-    sweep: async () => undefined,
-    close: async () => undefined
-  }
-  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
+  const bus = new SharedEventBus({ store, channel: drivenChannel().channel, processId: 'own_b', onError: () => undefined })
   t.teardown(() => bus.close())
   const live: number[] = []
   bus.subscribe('ses_bus', (e) => live.push(e.seq))
