@@ -24,12 +24,12 @@ export interface DispatcherFetch {
 
 /**
  * A `fetch` for the openai SDK straight over `dispatcher.dispatch()`: the SDK still builds the
- * request (URL, headers, auth, JSON body), sends it through this function and turns a non-2xx
- * answer into its APIError classes, but the bytes skip undici's WHATWG fetch (its request and
- * response objects, the body as a chunked web stream, a DOMException on every early cancel) and
- * Node streams altogether. A string body goes out in one write with its Content-Length. The
- * dispatcher's connect, headers and body timeouts apply as they did under fetch, and so do
- * redirects (up to 20, as fetch follows them).
+ * request (URL, headers, auth around the JSON body of request-json.ts), sends it through this
+ * function and turns a non-2xx answer into its APIError classes, but the bytes skip undici's
+ * WHATWG fetch (its request and response objects, the body as a chunked web stream, a
+ * DOMException on every early cancel) and Node streams altogether. A string body goes out in one
+ * write with its Content-Length. The dispatcher's connect, headers and body timeouts apply as
+ * they did under fetch, and so do redirects (up to 20, as fetch follows them).
  *
  * A 2xx answer's body is kept back for `takeBody`; an error answer is read whole (it is small)
  * so that the SDK can read it with `text()`.

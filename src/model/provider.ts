@@ -1,10 +1,11 @@
 import OpenAI, { APIError } from 'openai'
-import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming } from 'openai/resources/chat/completions'
+import type { ChatCompletionChunk } from 'openai/resources/chat/completions'
 import { Agent } from 'undici'
 import { setImmediate as nextTurn } from 'node:timers/promises'
 import type { Usage } from '../schemas/common.ts'
 import { classifyModelError, createModelError } from './model-errors.ts'
 import { createDispatcherFetch } from './dispatcher-fetch.ts'
+import { chatRequestJson } from './request-json.ts'
 import { ServerSentEventDecoder, type ServerSentEvent } from './sse.ts'
 import type { ModelCallOptions, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
 
@@ -28,8 +29,9 @@ const defaults = { connectTimeoutMs: 10_000, headersTimeoutMs: 120_000, bodyTime
 
 /**
  * A ModelProvider over the openai SDK: SDK retries off (the run owns retries, SPEC 5.1), undici
- * owns the timeouts. The SDK builds and sends each request and throws its APIError classes for an
- * error status, through a fetch straight over undici's dispatcher (dispatcher-fetch.ts); the
+ * owns the timeouts. The request's JSON is made here (request-json.ts: the tools' JSON once, not
+ * at every call); the SDK adds its headers and auth, sends it and throws its APIError classes for
+ * an error status, through a fetch straight over undici's dispatcher (dispatcher-fetch.ts); the
  * answer's event stream is read here, one JSON.parse per chunk (sse.ts).
  */
 export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelProvider {
@@ -64,24 +66,22 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       }
       const { signal } = options
       const context = () => ({ aborted: signal.aborted, timedOut: signal.aborted && isTimeoutReason(signal.reason) })
-      const params: ChatCompletionCreateParamsStreaming = {
-        model: request.model,
-        messages: request.messages,
-        stream: true,
-        stream_options: { include_usage: true }
-      }
-      if (request.tools && request.tools.length > 0) params.tools = request.tools
-      // max_tokens rather than max_completion_tokens: every OpenAI-compatible server (Ollama, vLLM, llama.cpp) reads it.
-      if (request.maxTokens !== undefined) params.max_tokens = request.maxTokens
+      // The request's JSON is made here (request-json.ts) and handed to the SDK as it is sent.
+      const body = chatRequestJson(request)
 
       const calls = new Map<number, { id: string; name: string; arguments: string }>()
       let finishReason: string | null = null
       let usage: Usage | null = null
       try {
-        const headers = { 'X-Request-Id': options.requestId, ...(options.traceparent ? { traceparent: options.traceparent } : {}) }
-        // The SDK sends the request and throws its APIError classes for an error status; the stream is read here.
-        const response = await client.chat.completions.create(params, { headers, fetchOptions: http.withSignal(signal) }).asResponse()
-        const body = http.takeBody(response)
+        const headers = {
+          // A string body with its content type is sent by the SDK as it is (its own JSON encoding is skipped).
+          'Content-Type': 'application/json',
+          'X-Request-Id': options.requestId,
+          ...(options.traceparent ? { traceparent: options.traceparent } : {})
+        }
+        // The SDK sends the request (its headers, auth, base URL) and throws its APIError classes for an error status; the stream is read here.
+        const response = await client.post('/chat/completions', { body, stream: true, headers, fetchOptions: http.withSignal(signal) }).asResponse()
+        const reader = http.takeBody(response)
         const decoder = new ServerSentEventDecoder()
         let finished = false
         let sinceTurn = 0
@@ -94,7 +94,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
               sinceTurn = 0
               await nextTurn()
             }
-            const text = await body.read()
+            const text = await reader.read()
             if (text !== null) sinceTurn += text.length
             const events = text === null ? decoder.end() : decoder.decode(text)
             for (const event of events) {
@@ -122,7 +122,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           finished = true
         } finally {
           // After [DONE] the rest of the body is read and dropped, so that the connection is kept; on a failure or an early stop it is aborted.
-          body.close(finished)
+          reader.close(finished)
         }
       } catch (err) {
         throw classifyModelError(err, context())

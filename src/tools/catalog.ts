@@ -118,7 +118,7 @@ export class ToolCatalog {
     const definitions: ChatCompletionTool[] = []
     for (const tool of tools) {
       const info = describeTool(tool)
-      definitions.push({ type: 'function', function: { name: info.name, description: info.description, parameters: info.parameters } })
+      definitions.push(definitionOf(info))
       byName.set(
         tool.name,
         isClientTool(tool)
@@ -166,4 +166,20 @@ export class ToolCatalog {
       return outcome.ok ? { ok: true, result: outcome.result } : { ok: false, error: outcome.error }
     }
   }
+}
+
+const definitions = new WeakMap<ToolInfo, ChatCompletionTool>()
+
+/**
+ * A tool's definition as the model is offered it: one object per described tool, so that every
+ * run offering the tool hands the provider the same object and its JSON is made only once
+ * (model/request-json.ts). Never changed after it is made.
+ */
+function definitionOf(info: ToolInfo): ChatCompletionTool {
+  let definition = definitions.get(info)
+  if (!definition) {
+    definition = { type: 'function', function: { name: info.name, description: info.description, parameters: info.parameters } }
+    definitions.set(info, definition)
+  }
+  return definition
 }

@@ -53,14 +53,30 @@ t.test('the request carries the model, messages, tools, stream_options and the X
   await collect(provider, { ...hello, tools, maxTokens: 64 }, noSignal(), 'req-abc.123')
   const [logged] = devModel.requests
   t.equal(logged?.headers['x-request-id'], 'req-abc.123')
-  t.match(logged?.body, {
+  t.equal(logged?.headers['content-type'], 'application/json')
+  t.match(logged?.headers['user-agent'], /^OpenAI\/JS /, 'the SDK still sends it, with its own headers')
+  t.same(logged?.body, {
     model: 'dev-model',
     messages: [{ role: 'user', content: 'hello there' }],
     stream: true,
     stream_options: { include_usage: true },
-    max_tokens: 64,
-    tools: [{ function: { name: 'get_weather' } }, { function: { name: 'get_time' } }]
+    tools,
+    max_tokens: 64
   })
+})
+
+t.test('tool definitions go out as they are, whichever list offers them and however often', async (t) => {
+  const { devModel, provider } = await startTestDevModel(t)
+  const odd: ChatCompletionTool = {
+    type: 'function',
+    function: { name: 'quote', description: 'Says "hi" \u2028 and \\n, in Zürich 🚀', parameters: { type: 'object', properties: { q: { type: 'string', enum: ['a', 'b'] } } } }
+  }
+  const [weather, time] = tools as [ChatCompletionTool, ChatCompletionTool]
+  // The same definitions in other lists (another run, another session), and a list without tools.
+  const lists: ChatCompletionTool[][] = [[weather, odd], [odd, time, weather], [weather, odd], []]
+  for (const list of lists) await collect(provider, { ...hello, tools: list })
+  t.same(devModel.requests.map((r) => r.body.tools), [[weather, odd], [odd, time, weather], [weather, odd], undefined])
+  t.same(devModel.requests.map((r) => r.body.max_tokens), [undefined, undefined, undefined, undefined])
 })
 
 t.test('several tool calls in one response come out whole, in order, and their results reach the model', async (t) => {

@@ -1,5 +1,6 @@
 import { setImmediate } from 'node:timers/promises'
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions'
+import { toolsJson } from '../../model/request-json.ts'
 
 /** Counts tokens of text the way one model family does, or estimates them. */
 export interface TokenCounter {
@@ -123,16 +124,9 @@ export function chatMessageTokens(counter: TokenCounter, message: ChatCompletion
 /** Tokens the tool definitions of a request take (sent as JSON Schema with every call). */
 export function toolDefinitionTokens(counter: TokenCounter, tools: ChatCompletionTool[]): number {
   if (tools.length === 0) return 0
-  // A run offers the same tools at every step: their JSON (a few KB) is made once per list.
-  let json = toolsJson.get(tools)
-  if (json === undefined) {
-    json = JSON.stringify(tools)
-    toolsJson.set(tools, json)
-  }
-  return counter.count(json)
+  // The same JSON the request carries, made once per list (and per definition).
+  return counter.count(toolsJson(tools))
 }
-
-const toolsJson = new WeakMap<ChatCompletionTool[], string>()
 
 function textOf(content: unknown): string {
   if (typeof content === 'string') return content
