@@ -1,4 +1,7 @@
+import { copyFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
+import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
@@ -74,4 +77,35 @@ t.test("a session's newest seq comes from its events: after a restart, and in a 
   t.equal((await second.getSession('t', 'ses_old'))?.lastSeq, 3, 'a reopened store reads it back')
   t.same((await second.commit([{ type: 'event', event }, { type: 'event', event }])).map((e) => e.seq), [4, 5])
   t.same((await second.listEvents('ses_old', { after: 0 })).map((e) => e.seq), [1, 2, 3, 4, 5])
+})
+
+t.test('once the store goes idle, the database file alone holds every commit (the WAL is checkpointed)', async (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'agentd.db')
+  const store = await openSqlite(t, path)
+  const now = new Date().toISOString()
+  await store.createSession({
+    id: 'ses_idle', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
+  })
+  const event = { sessionId: 'ses_idle', runId: null, channel: 'monitor' as const, type: 'tick', at: now, requestId: null, data: { n: 0 } }
+  // A busy store: one group commit after another, as a stream of runs makes them.
+  for (let n = 1; n <= 40; n++) await store.commit([{ type: 'event', event: { ...event, data: { n } } }])
+
+  /** The events a copy of the database file alone (as a backup taking only that file would) holds. */
+  const eventsInFile = (name: string): number => {
+    const copy = join(dir, name)
+    copyFileSync(path, copy)
+    const db = new DatabaseSync(copy, { readOnly: true })
+    try {
+      const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'events'").get() as { n: number }
+      return tables.n === 0 ? 0 : (db.prepare("SELECT count(*) AS n FROM events WHERE session_id = 'ses_idle'").get() as { n: number }).n
+    } finally {
+      db.close()
+    }
+  }
+  t.ok(eventsInFile('busy.db') < 40, 'while writes come one after another, the newest ones are only in the WAL')
+  await setTimeout(50)
+  t.equal(eventsInFile('idle.db'), 40, 'a moment of quiet later, the file has all of them')
+  t.same((await store.commit([{ type: 'event', event }])).map((e) => e.seq), [41], 'and the store goes on where it was')
 })
