@@ -1,16 +1,23 @@
 import type { Store, SessionRecord, NewEvent, RunRecord, MessageRecord, StoreWrite } from '../../src/store/store.ts'
 import type { TapTest } from '../helpers/app.ts'
 
+/** A new, idle session record for store tests; `fields` overrides any of it. */
+export function testSession(id: string, fields: Partial<SessionRecord> = {}): SessionRecord {
+  const now = new Date().toISOString()
+  return {
+    id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
+    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null,
+    ...fields
+  }
+}
+
 /**
  * The behaviour every Store implementation must have (STYLE 13). Each implementation's test file
  * calls storeContract with a factory that opens a fresh, migrated store (and removes it after).
  */
 export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>): void {
   const now = () => new Date().toISOString()
-  const session = (id: string, tenant = 't'): SessionRecord => ({
-    id, tenant, createdAt: now(), updatedAt: now(), status: 'idle', model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  })
+  const session = (id: string, tenant = 't'): SessionRecord => testSession(id, { tenant })
   const event = (sessionId: string, type = 'x', runId: string | null = null): NewEvent =>
     ({ sessionId, runId, channel: 'monitor', type, at: now(), requestId: null, data: { type } })
   const run = (id: string, sessionId: string): RunRecord => ({

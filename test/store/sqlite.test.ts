@@ -5,7 +5,7 @@ import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
-import { storeContract } from './contract.ts'
+import { storeContract, testSession } from './contract.ts'
 import { sqliteFileAtVersion } from './old-sqlite-file.ts'
 
 async function openSqlite(t: TapTest, path: string): Promise<SqliteStore> {
@@ -25,19 +25,14 @@ t.test('the SQLite store in memory keeps the store contract', async (t) => {
 
 t.test('writes queued together commit together, and one failing unit fails alone', async (t) => {
   const store = await openSqlite(t, ':memory:')
-  const now = new Date().toISOString()
-  const base = {
-    tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  }
   const results = await Promise.allSettled([
-    store.createSession({ ...base, id: 'ses_ok1' }),
-    store.createSession({ ...base, id: 'ses_ok1' }),
-    store.createSession({ ...base, id: 'ses_ok2' })
+    store.createSession(testSession('ses_ok1')),
+    store.createSession(testSession('ses_ok1')),
+    store.createSession(testSession('ses_ok2'))
   ])
   t.same(results.map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled'], 'the duplicate fails, the others commit')
   t.equal(await store.countSessions('t'), 2)
-  const pending = store.createSession({ ...base, id: 'ses_late' })
+  const pending = store.createSession(testSession('ses_late'))
   await store.close()
   await pending
   const reopened = await store.ping().catch((err: Error) => err)
@@ -83,12 +78,8 @@ t.test('once the store goes idle, the database file alone holds every commit (th
   const dir = tempDir(t)
   const path = join(dir, 'agentd.db')
   const store = await openSqlite(t, path)
-  const now = new Date().toISOString()
-  await store.createSession({
-    id: 'ses_idle', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  })
-  const event = { sessionId: 'ses_idle', runId: null, channel: 'monitor' as const, type: 'tick', at: now, requestId: null, data: { n: 0 } }
+  await store.createSession(testSession('ses_idle'))
+  const event = { sessionId: 'ses_idle', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: { n: 0 } }
   // A busy store: one group commit after another, as a stream of runs makes them.
   for (let n = 1; n <= 40; n++) await store.commit([{ type: 'event', event: { ...event, data: { n } } }])
 

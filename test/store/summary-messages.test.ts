@@ -3,13 +3,11 @@ import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { SessionRecord } from '../../src/store/store.ts'
 import { tempDir } from '../helpers/app.ts'
+import { testSession } from './contract.ts'
 import { sqliteFileAtVersion } from './old-sqlite-file.ts'
 
 const now = '2026-11-23T10:00:00.000Z'
-const session = (id: string): SessionRecord => ({
-  id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
-  approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-})
+const session = (id: string): SessionRecord => testSession(id, { createdAt: now, updatedAt: now })
 
 t.test('a store written before summaries existed migrates, keeps its messages, and then stores summaries', async (t) => {
   const file = join(tempDir(t), 'agentd.db')
