@@ -10,7 +10,15 @@ import { preciseNow } from './stamping-model.ts'
 export const CHUNKS = 20
 /** Fresh agentd processes per target; the figure is the median of their p50s. */
 const PROCESSES = 3
-const WARMUP = 50
+/**
+ * Runs each process makes before it is measured. The figures are a running service's: V8
+ * optimises a function only after hundreds of calls, and code a run passes once (a route, a run's
+ * start) takes ~300 runs to get there. A fresh process's first runs are reported on their own
+ * (FRESH_RUNS), beside the warm figures.
+ */
+const WARMUP = 500
+/** The first runs of each fresh process (taken from its warm-up): what a just-started service costs. */
+const FRESH_RUNS = 200
 const RUNS = 200
 const PHASE_TIME_LIMIT_MS = 60_000
 const TARGETS: Array<{ label: string; agentd: boolean; start(modelUrl: string): Promise<ChildServer> }> = [
@@ -63,7 +71,8 @@ export async function run(): Promise<void> {
   let frame = ''
   const floor = { e2e: [] as number[], firstText: [] as number[], clientCpu: [] as number[] }
   const results = TARGETS.map((target) => ({
-    ...target, e2e: [] as number[], firstText: [] as number[], session: [] as number[], clientCpu: [] as number[], cpuMs: [] as number[]
+    ...target, e2e: [] as number[], firstText: [] as number[], session: [] as number[], clientCpu: [] as number[], cpuMs: [] as number[],
+    freshE2e: [] as number[], freshFirstText: [] as number[]
   }))
   try {
     for (let round = 0; round < PROCESSES; round++) {
@@ -80,10 +89,14 @@ export async function run(): Promise<void> {
           bodies ??= await bodiesOfLastRun(originOf(model.url))
           const runBodies: RunBodies = bodies
           const straightToModel = () => withClientCpu(() => runStraightToModel(direct.client, runBodies))
+          const fresh: AgentdTiming[] = []
           for (let i = 0; i < WARMUP; i++) {
-            await throughAgentd()
+            const timing = await throughAgentd()
+            if (fresh.length < FRESH_RUNS) fresh.push(timing)
             await straightToModel()
           }
+          result.freshE2e.push(percentile(fresh.map((r) => r.e2e), 50))
+          result.freshFirstText.push(percentile(fresh.map((r) => r.firstText), 50))
 
           const viaAgentd: Array<WithClientCpu<AgentdTiming>> = []
           const viaSdk: Array<WithClientCpu<Timing>> = []
@@ -120,7 +133,7 @@ export async function run(): Promise<void> {
   const floorE2e = median(floor.e2e)
   const floorFirstText = median(floor.firstText)
   console.log(`\ne2e: one client, one run at a time: new session (default tools), one message, the model calls fs_list, then streams a ${CHUNKS}-chunk answer`)
-  console.log(`each agentd target: median of the p50s of ${PROCESSES} fresh processes, each warmed up (${WARMUP} runs), then ${RUNS} runs alternating with the floor`)
+  console.log(`each agentd target: median of the p50s of ${PROCESSES} fresh processes, each warmed up (${WARMUP} runs, alternating with the floor), then ${RUNS} runs alternating with the floor`)
   console.log('e2e = POST /v1/sessions sent → `done` frame received (session creation included); first text = message POST sent → first `text_chunk` frame')
   console.log('floor: the same two model calls (the bodies agentd sent) with the openai SDK; e2e = both calls, first text = start → first content chunk of the second call')
   printTable([
@@ -133,6 +146,11 @@ export async function run(): Promise<void> {
   ])
   const each = (values: number[]) => values.map((v) => fmt(v)).join(' / ')
   for (const r of results) console.log(`${r.label}, each process's p50: e2e ${each(r.e2e)} ms, first text ${each(r.firstText)} ms; CPU ${each(r.cpuMs)} ms/run`)
+  console.log(`a fresh process, its first ${FRESH_RUNS} runs (before V8 has optimised what a run passes once), median of the processes' p50s:`)
+  for (const r of results) {
+    console.log(`  ${r.label}: e2e ${fmt(median(r.freshE2e))} ms (${fmt(median(r.freshE2e) / floorE2e)} × floor), ` +
+      `first text ${fmt(median(r.freshFirstText))} ms (${fmt(median(r.freshFirstText) / floorFirstText)} × floor)`)
+  }
   console.log(`floor, each phase's p50: e2e ${each(floor.e2e)} ms, first text ${each(floor.firstText)} ms`)
   console.log('agentd CPU: the agentd process over the measured runs (/proc) ÷ runs; client CPU: the bench process during one run, p50')
   console.log('bare agent: agentd\'s loop, provider and tools with no store and no framework (bench/bare-agent-process.ts), the yardstick for agentd\'s own machinery')
