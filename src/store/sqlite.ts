@@ -240,14 +240,13 @@ export class SqliteStore implements Store {
    * like every other, settles only once the transaction has committed.
    * Writes take their parameters when they are queued, never later.
    *
-   * The commit waits for the check phase after the next poll (two immediates), not the first:
-   * what the turn already queued for that phase goes first. That is the model request of a run
-   * that was just admitted, or whose tool result was just handed over: undici holds a request
-   * on a reused keep-alive socket back for one immediate (it reads what the idle socket may
-   * hold first), and a commit queued before it would otherwise run ahead of it, with the run
-   * waiting. Measured (`npm run bench -- ab`, `ab-throughput`): e2e p50 0.95 and first text
-   * 0.91 of one immediate; with 50 clients, larger group commits: 1.17 × the runs/s at 0.88 of
-   * the CPU per run.
+   * The transaction runs in a check phase (an immediate), queued once the turn's ticks and
+   * microtasks are done, not at the first write: whatever the turn's work queued for that
+   * check phase goes first. That is the model request of a run that was just admitted, or whose
+   * tool result was just handed over: undici holds a request on a reused keep-alive socket back
+   * for one immediate (it reads what the idle socket may hold first), and a commit queued at the
+   * first write would run ahead of it, the run waiting. Measured against an immediate queued at
+   * the first write (`npm run bench -- ab`, twice): e2e p50 0.92-0.94, first text 0.90-0.92.
    */
   #write<T>(work: () => T, atomic = false): Promise<T> {
     if (this.#closed) return Promise.reject(new StoreClosedError())
@@ -255,13 +254,13 @@ export class SqliteStore implements Store {
       this.#pending.push({ work, atomic, resolve: resolve as (value: unknown) => void, reject, value: undefined, failed: false })
       if (!this.#flushScheduled) {
         this.#flushScheduled = true
-        setImmediate(this.#flushNextCheck)
+        process.nextTick(this.#flushAfterTicks)
       }
     })
   }
 
-  /** The first of #write's two immediates: the flush goes behind what this check phase runs. */
-  readonly #flushNextCheck = (): void => {
+  /** Runs once the turn's ticks and microtasks are done: the flush goes behind the immediates they queued. */
+  readonly #flushAfterTicks = (): void => {
     setImmediate(this.#flushNow)
   }
 
