@@ -75,6 +75,8 @@ export interface OpenEventStream {
 }
 
 const REPLAY_PAGE = 500
+/** A batch of live frames is written once it holds this much, without waiting for the rest of its publication. */
+const MAX_BATCH_BYTES = 32 * 1024
 const RETRY_FRAME = Buffer.from('retry: 2000\n\n')
 const PING_FRAME = Buffer.from(': ping\n\n')
 
@@ -113,6 +115,15 @@ class EventStream implements OpenEventStream {
   #pending: EventRecord[] | null = null
   /** Bytes of the live events waiting for the replay to finish; a reader that lets them pile up is too slow. */
   #pendingBytes = 0
+  /**
+   * Frames of live events published together (one unit of work: a model step, a burst of text),
+   * written as one at the end of the publication (#writeBatch): one write to the socket instead
+   * of one per event, and one chunk for the client to read.
+   */
+  #batch: Buffer[] | null = null
+  #batchBytes = 0
+  /** The batch holds this stream's last event (`done` with untilDone): the stream ends once it is written. */
+  #endAfterBatch = false
 
   constructor(res: ServerResponse, store: Store, feed: EventFeed, options: EventStreamOptions) {
     this.#res = res
@@ -174,6 +185,8 @@ class EventStream implements OpenEventStream {
 
   end(reason: string): void {
     if (this.#ended) return
+    this.#writeBatch()
+    if (this.#ended) return
     this.#res.write(`: ${reason}\n\n`)
     this.#finish()
   }
@@ -187,6 +200,7 @@ class EventStream implements OpenEventStream {
     this.#budget.streams--
     this.#held = 0
     this.#pending = null
+    this.#batch = null
     if (!this.#res.writableEnded) this.#res.end()
     this.#onClose?.()
   }
@@ -216,15 +230,18 @@ class EventStream implements OpenEventStream {
       (!this.#runId || event.runId === this.#runId)
   }
 
-  #write(event: EventRecord): void {
+  /** Sends an event: at once (replay, which paces itself on the socket), or in the batch of its publication (live). */
+  #write(event: EventRecord, live = false): void {
     if (this.#ended || event.seq <= this.#lastSeq) return
     this.#lastSeq = event.seq
     if (!this.#wanted(event)) return
     const frame = eventFrame(event)
     this.#recount()
     const budget = this.#budget
-    const overBudget = budget.held + frame.length > budget.max && this.#held + frame.length > budget.max / budget.streams
-    if (this.#held > 0 && (this.#held > this.#maxBuffered || overBudget)) {
+    // The batch counts as held: it is written before anything that comes after it.
+    const held = this.#held + this.#batchBytes
+    const overBudget = budget.held + this.#batchBytes + frame.length > budget.max && held + frame.length > budget.max / budget.streams
+    if (held > 0 && (held > this.#maxBuffered || overBudget)) {
       // Too slow: drop the connection instead of buffering without bound. When the streams
       // together would hold more than the budget, the ones that would hold more than their
       // share go first, so readers that keep up are not dropped for the slow ones; a reader
@@ -232,12 +249,39 @@ class EventStream implements OpenEventStream {
       this.#drop()
       return
     }
-    this.#send(frame)
-    if (this.#untilDone && event.type === 'done') this.#finish()
+    const last = this.#untilDone && event.type === 'done'
+    if (!live) {
+      this.#send(frame)
+      if (last) this.#finish()
+      return
+    }
+    // A bus publishes a unit's events one after another in one go: the batch is written once
+    // they all are, at the end of this microtask.
+    if (this.#batch === null) {
+      this.#batch = [frame]
+      queueMicrotask(this.#writeBatch)
+    } else {
+      this.#batch.push(frame)
+    }
+    this.#batchBytes += frame.length
+    if (last) this.#endAfterBatch = true
+    // Large frames (a long tool result) gain nothing from waiting, and a reader is judged by what it holds.
+    if (this.#batchBytes >= MAX_BATCH_BYTES) this.#writeBatch()
+  }
+
+  readonly #writeBatch = (): void => {
+    const batch = this.#batch
+    if (batch === null) return
+    this.#batch = null
+    this.#batchBytes = 0
+    if (this.#ended) return
+    // A single frame is written as it is: every stream of the session sends the same Buffer.
+    this.#send(batch.length === 1 ? (batch[0] as Buffer) : Buffer.concat(batch))
+    if (this.#endAfterBatch) this.#finish()
   }
 
   readonly #onLive = (event: EventRecord): void => {
-    if (!this.#replaying) return this.#write(event)
+    if (!this.#replaying) return this.#write(event, true)
     if (this.#ended) return
     ;(this.#pending ??= []).push(event)
     this.#pendingBytes += eventFrame(event).length
@@ -276,7 +320,7 @@ class EventStream implements OpenEventStream {
       this.#replaying = false
       const pending = this.#pending
       this.#pending = null
-      if (pending) for (const event of pending) this.#write(event)
+      if (pending) for (const event of pending) this.#write(event, true)
     } catch {
       this.#finish()
     }
