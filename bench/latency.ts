@@ -23,9 +23,9 @@ const WARMUP_ROUNDS = 5
 /**
  * latency: the time from a text chunk leaving the model to its SSE frame reaching a client. The
  * stamping model writes its send time into each chunk's text; the client, on the same machine and
- * clock, subtracts it from the time the frame's bytes arrived. Measured, once agentd is warm (WARMUP_ROUNDS), with one run at a time,
- * then with CONCURRENT runs streaming at once, ROUNDS times (each round creates its sessions, then
- * posts all its messages at once).
+ * clock, subtracts it from the time the frame's bytes arrived. Measured once agentd is warm
+ * (WARMUP_ROUNDS): with one run at a time, then with CONCURRENT runs streaming at once, ROUNDS
+ * times (each round creates its sessions, then posts all its messages at once).
  *
  * Where the time goes, from agentd's own watch (bench/service-watch.ts): when each chunk was
  * published inside agentd (the client's own delay left out), agentd's main-thread CPU clock (the

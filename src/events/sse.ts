@@ -185,6 +185,7 @@ class EventStream implements OpenEventStream {
 
   end(reason: string): void {
     if (this.#ended) return
+    // Events already published go first; the batch may hold the stream's last one, which ends it.
     this.#writeBatch()
     if (this.#ended) return
     this.#res.write(`: ${reason}\n\n`)

@@ -39,7 +39,6 @@ t.test('writes queued together commit together, and one failing unit fails alone
   t.match(reopened, { code: 'STORE_CLOSED' }, 'a write queued before close is committed, later calls are refused')
 })
 
-
 t.test('a group commit runs after the immediates queued in the turn of its first write, and takes in the writes they make', async (t) => {
   const store = await openSqlite(t, join(tempDir(t), 'agentd.db'))
   const order: string[] = []
@@ -47,7 +46,7 @@ t.test('a group commit runs after the immediates queued in the turn of its first
   // Queued after the write, in the same turn: as undici queues a model request on a reused socket.
   setImmediate(() => {
     order.push('immediate of the same turn')
-    // A write of the next turn still makes the same commit.
+    // A write queued before the commit has run joins it.
     void store.createSession(testSession('ses_second')).then(() => order.push('committed'))
   })
   await first
@@ -55,6 +54,7 @@ t.test('a group commit runs after the immediates queued in the turn of its first
   t.same(order, ['immediate of the same turn', 'committed', 'committed'], 'the turn\'s immediate first, then one commit for both writes')
   t.equal(await store.countSessions('t'), 2)
 })
+
 t.test('a second store on the same file is refused while the first is open, and allowed after', async (t) => {
   const path = join(tempDir(t), 'agentd.db')
   const first = new SqliteStore(path)
