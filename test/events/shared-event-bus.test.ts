@@ -9,6 +9,7 @@ import type { EventRecord, SessionRecord, Store } from '../../src/store/store.ts
 import type { TapTest } from '../helpers/app.ts'
 import { postgresUrl, withSchema } from '../helpers/postgres.ts'
 import { until } from '../helpers/server-process.ts'
+import { testSession } from '../store/contract.ts'
 
 /** Two "processes" in one test: each with its own store (pool), channel and bus, on one schema. */
 async function twoProcesses(t: TapTest) {
@@ -28,10 +29,7 @@ async function twoProcesses(t: TapTest) {
   const a = await open('own_a')
   const b = await open('own_b')
   const now = new Date().toISOString()
-  const session: SessionRecord = {
-    id: 'ses_bus', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  }
+  const session: SessionRecord = testSession('ses_bus', { createdAt: now, updatedAt: now })
   await a.store.createSession(session)
   return { a, b, schema }
 }

@@ -24,10 +24,7 @@ t.test('a frame carries the envelope whether its data JSON comes from the store 
   await store.migrate()
   t.teardown(() => store.close())
   const now = new Date().toISOString()
-  await store.createSession({
-    id: 'ses_frames', tenant: 'default', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  })
+  await store.createSession(testSession('ses_frames', { tenant: 'default' }))
   const newEvents: NewEvent[] = [
     { sessionId: 'ses_frames', runId: 'run_1', channel: 'progress', type: 'text_chunk', at: now, requestId: 'req_1', data: { step: 1, delta: 'héllo "quoted" \n ✓ \u2028' } },
     { sessionId: 'ses_frames', runId: null, channel: 'monitor', type: 'session_event', at: now, requestId: null, data: { nested: { list: [1, null, { a: 'b' }] }, empty: {} } }

@@ -2,7 +2,7 @@ import t from 'tap'
 import { PostgresStore } from '../../src/store/postgres.ts'
 import type { TapTest } from '../helpers/app.ts'
 import { postgresUrl, withSchema } from '../helpers/postgres.ts'
-import { storeContract } from './contract.ts'
+import { storeContract, testSession } from './contract.ts'
 
 async function openPostgres(t: TapTest): Promise<PostgresStore> {
   const schema = await withSchema(t)
@@ -19,11 +19,7 @@ t.test('the PostgreSQL store keeps the store contract', async (t) => {
 t.test('units handed over together commit together, and one failing unit fails alone', async (t) => {
   const store = await openPostgres(t)
   const now = new Date().toISOString()
-  const base = {
-    tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  }
-  await store.createSession({ ...base, id: 'ses_g' })
+  await store.createSession(testSession('ses_g', { createdAt: now, updatedAt: now }))
   const event = { sessionId: 'ses_g', runId: null, channel: 'monitor' as const, type: 'x', at: now, requestId: null, data: {} }
   const message = { id: 'msg_dup', sessionId: 'ses_g', runId: null, role: 'user' as const, content: 'hi', createdAt: now }
   const results = await Promise.allSettled([
@@ -42,10 +38,7 @@ t.test('several stores (processes) on one database keep one gap-free seq per ses
   t.teardown(() => Promise.all(stores.map((s) => s.close())))
   await Promise.all(stores.map((s) => s.migrate()))
   const now = new Date().toISOString()
-  await stores[0]!.createSession({
-    id: 'ses_m', tenant: 't', createdAt: now, updatedAt: now, status: 'idle', model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  })
+  await stores[0]!.createSession(testSession('ses_m', { createdAt: now, updatedAt: now }))
   const event = { sessionId: 'ses_m', runId: null, channel: 'monitor' as const, type: 'x', at: now, requestId: null, data: {} }
   await Promise.all(Array.from({ length: 60 }, (_, i) => stores[i % 3]!.commit([{ type: 'event', event }, { type: 'event', event }])))
   const seqs = (await stores[1]!.listEvents('ses_m', { after: 0 })).map((e) => e.seq)
@@ -65,10 +58,7 @@ t.test('an unreachable database or a bad URL is one clear error', async (t) => {
 t.test('a message keeps what it stands for (replacesMessages), also in a fork', async (t) => {
   const store = await openPostgres(t)
   const now = new Date().toISOString()
-  const session = (id: string) => ({
-    id, tenant: 't', createdAt: now, updatedAt: now, status: 'idle' as const, model: 'm', instructions: null, tools: null,
-    approval: { mode: 'auto' as const }, limits: {}, metadata: {}, lastSeq: 0, usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, forkedFrom: null
-  })
+  const session = (id: string) => testSession(id, { createdAt: now, updatedAt: now })
   await store.createSession(session('ses_s'))
   await store.commit([
     { type: 'message', message: { id: 'msg_1', sessionId: 'ses_s', runId: null, role: 'user', content: 'hello', createdAt: now } },
