@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { AgentdClient, callJson, cpuMeter, originOf, startServiceProcess, startStampingModelProcess } from './harness.ts'
 import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
-import { PAUSE_MS, type Pause, type ServiceSample } from './service-watch.ts'
+import { PAUSE_MS, watchService, type Pause, type ServiceSample } from './service-watch.ts'
 import { preciseNow } from './stamping-model.ts'
 
 const CHUNKS = 20
@@ -38,6 +38,8 @@ export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: INTERVAL_MS, toolName: 'fs_list' })
   const service = await startServiceProcess(model.url, 'file', [], { watch: true })
   const agentd = new AgentdClient(service.url, CONCURRENT + 4)
+  // The bench's own pauses (its GC, its turns): a frame that arrives meanwhile is read late.
+  const client = watchService(null)
   try {
     const offset = await clockOffset(originOf(model.url))
 
@@ -62,9 +64,11 @@ export async function run(): Promise<void> {
       await Promise.all(sessions.map(sample))
     }
     await service.ask<ServiceSample>('sample')
+    client.sample()
     const alone: Chunk[] = []
     for (let i = 0; i < ALONE_RUNS; i++) alone.push(...(await sample(await session())))
     const aloneService = await service.ask<ServiceSample>('sample')
+    const aloneClient = client.sample()
     const loaded: Chunk[] = []
     // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the runs stream at once, and nothing else;
     // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead.
@@ -86,6 +90,7 @@ export async function run(): Promise<void> {
     const loadedCpu = cpu.stop()
     if (profile) await service.ask('profiled', profile)
     const loadedService = await service.ask<ServiceSample>('sample')
+    const loadedClient = client.sample()
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
     console.log(`agentd warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once`)
@@ -123,12 +128,14 @@ export async function run(): Promise<void> {
       ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms',
         'group commits: n, statements, total, max ms, >= 5 ms', 'WAL checkpoints: n, total, max ms'],
       serviceRow('1 at a time', aloneService),
-      serviceRow(`${CONCURRENT} at once`, loadedService)
+      serviceRow(`${CONCURRENT} at once`, loadedService),
+      serviceRow('bench client, 1 at a time', aloneClient),
+      serviceRow(`bench client, ${CONCURRENT} at once`, loadedClient)
     ])
     const statements = Object.entries(loadedService.statements).sort((a, b) => b[1].totalMs - a[1].totalMs).slice(0, 4)
     console.log(`SQLite with ${CONCURRENT} at once: ${loadedService.commits.count} COMMITs ${fmt((1000 * loadedService.commits.totalMs) / loadedService.commits.count, 0)} µs each` +
       statements.map(([kind, { count, totalMs }]) => `, ${count} × ${kind} ${fmt((1000 * totalMs) / count, 0)} µs`).join(''))
-    attributeTail(loaded, loadedService.pauses, published)
+    attributeTail(loaded, loadedService.pauses, loadedClient.pauses, published)
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
     if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, aloneService, loadedService }))
@@ -201,15 +208,21 @@ function cpuClockAt(clock: ServiceSample['cpuClock']): (time: number) => number 
   return cpuAt
 }
 
-/** Why a chunk may have been late: something it was in flight during. */
-const CAUSES: Array<{ label: string; hit: (chunk: Chunk, during: (kind: Pause['kind'], also?: (pause: Pause) => boolean) => boolean) => boolean }> = [
+type During = (kind: Pause['kind'], also?: (pause: Pause) => boolean) => boolean
+
+/** Why a chunk may have been late: something it was in flight during, in agentd or in the bench's client. */
+const CAUSES: Array<{ label: string; hit: (chunk: Chunk, agentd: During, client: During) => boolean }> = [
   { label: 'runs of its round still starting', hit: (chunk) => chunk.whileStarting },
-  { label: 'a WAL checkpoint', hit: (_, during) => during('checkpoint') },
-  { label: `a GC pause >= ${PAUSE_MS} ms`, hit: (_, during) => during('gc minor') || during('gc major') || during('gc other') },
-  { label: `another group commit >= ${PAUSE_MS} ms`, hit: (_, during) => during('group commit') },
-  { label: `a stall >= ${PAUSE_MS} ms queued for a core`, hit: (_, during) => during('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_MS) },
-  { label: `a turn with >= ${PAUSE_MS} ms of agentd's own work`, hit: (_, during) => during('stall', (pause) => (pause.cpuMs ?? 0) >= PAUSE_MS) }
+  { label: 'a WAL checkpoint', hit: (_, agentd) => agentd('checkpoint') },
+  { label: `a GC pause >= ${PAUSE_MS} ms`, hit: (_, agentd) => isGc(agentd) },
+  { label: `another group commit >= ${PAUSE_MS} ms`, hit: (_, agentd) => agentd('group commit') },
+  { label: `a stall >= ${PAUSE_MS} ms queued for a core`, hit: (_, agentd) => agentd('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_MS) },
+  { label: `a turn with >= ${PAUSE_MS} ms of agentd's own work`, hit: (_, agentd) => agentd('stall', (pause) => (pause.cpuMs ?? 0) >= PAUSE_MS) },
+  { label: `a GC pause >= ${PAUSE_MS} ms of the bench client`, hit: (_, _agentd, client) => isGc(client) },
+  { label: `a stall >= ${PAUSE_MS} ms of the bench client`, hit: (_, _agentd, client) => client('stall') }
 ]
+
+const isGc = (during: During): boolean => during('gc minor') || during('gc major') || during('gc other')
 
 /**
  * Where the tail comes from: the p99 of the chunks left once those in flight during each cause
@@ -217,12 +230,13 @@ const CAUSES: Array<{ label: string; hit: (chunk: Chunk, during: (kind: Pause['k
  * Chunks set aside are not the only ones a pause delays (the backlog it leaves delays the next
  * ones), so the p99 left is an upper bound of what removing the cause would give.
  */
-function attributeTail(chunks: Chunk[], pauses: Pause[], published: Map<number, number>): void {
-  const duringOf = (chunk: Chunk) => (kind: Pause['kind'], also: (pause: Pause) => boolean = () => true) =>
+function attributeTail(chunks: Chunk[], agentdPauses: Pause[], clientPauses: Pause[], published: Map<number, number>): void {
+  const duringOf = (pauses: Pause[], chunk: Chunk): During => (kind, also = () => true) =>
     pauses.some((pause) => pause.kind === kind && pause.endedAt > chunk.sentAt && pause.endedAt - pause.ms < chunk.sentAt + chunk.delay && also(pause))
   const causes = chunks.map((chunk) => {
-    const during = duringOf(chunk)
-    return CAUSES.map((cause) => cause.hit(chunk, during))
+    const agentd = duringOf(agentdPauses, chunk)
+    const client = duringOf(clientPauses, chunk)
+    return CAUSES.map((cause) => cause.hit(chunk, agentd, client))
   })
   const p99 = (kept: Chunk[]) => [fmt(percentile(kept.map((chunk) => chunk.delay), 99)),
     fmt(percentile(kept.map((chunk) => published.get(chunk.sentAt) ?? Number.NaN).filter(Number.isFinite), 99))]

@@ -5,19 +5,23 @@
  * where the main thread was meanwhile (on a CPU, queued for one, blocked), and the main thread's
  * CPU clock. GC pauses come from a PerformanceObserver; the SQLite store's group commits (BEGIN
  * IMMEDIATE … COMMIT), its statements by kind and the COMMITs that checkpointed the WAL are timed
- * around node:sqlite's StatementSync.prototype.run. Pauses carry their time on the bench's clock,
+ * around node:sqlite's StatementSync.prototype.run, and the checkpoints the store asks for on the
+ * event loop (PRAGMA wal_checkpoint) around DatabaseSync.prototype.exec; those the store's
+ * checkpoint thread makes hold no turn of the loop and are not counted. Pauses carry their time on the bench's clock,
  * so the bench can tell which chunks were in flight during them. The timer wakes an idle agentd
  * 200 times a second (a few % of a core on a small VM); a busy one it costs little.
  */
 import { closeSync, openSync, readSync, writeFileSync } from 'node:fs'
 import { Session } from 'node:inspector/promises'
 import { PerformanceObserver, constants, createHistogram } from 'node:perf_hooks'
-import { StatementSync } from 'node:sqlite'
+import { DatabaseSync, StatementSync } from 'node:sqlite'
 import type { EventBus } from '../src/events/event-bus.ts'
 import { preciseNow } from './stamping-model.ts'
 
 /** Pauses at least this long are listed one by one. */
 export const PAUSE_MS = 5
+/** A COMMIT followed by a restart of the WAL carried a checkpoint when it took this long (see watchService). */
+const CHECKPOINT_IN_COMMIT_MS = 1
 /** The watch's timer: a shorter interval gives a finer CPU clock at more wake-ups. */
 const TICK_MS = 5
 
@@ -53,7 +57,7 @@ export interface ServiceSample {
   gc: PauseTotals
   groupCommits: PauseTotals & { statements: number }
   commits: PauseTotals
-  /** The COMMITs that checkpointed the WAL (a SQLite file only). */
+  /** WAL checkpoints on the event loop: inside a COMMIT, or asked for with PRAGMA wal_checkpoint (a SQLite file only). */
   checkpoints: PauseTotals
   /** The store's other statements by kind ("INSERT INTO events", "UPDATE sessions SET last_seq" …): count and time. */
   statements: Record<string, { count: number; totalMs: number }>
@@ -220,9 +224,25 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
 
   // The store's group commit is BEGIN IMMEDIATE, the batch's statements, COMMIT, all in one turn.
   // A COMMIT that crosses wal_autocheckpoint pages also checkpoints the WAL before it returns; the
-  // next write then restarts the WAL, which bumps the checkpoint sequence in its header.
+  // next write then restarts the WAL, which bumps the checkpoint sequence in its header. A
+  // checkpoint made elsewhere (asked for with exec, timed below, or on the store's checkpoint
+  // thread) restarts it too, after a commit that did not carry it: a restart is put down to the
+  // commit before it only when that took CHECKPOINT_IN_COMMIT_MS or more (a COMMIT alone takes
+  // ~50 µs, a checkpoint of SQLite's own milliseconds).
   const wal = walPath ? walHeaderReader(walPath) : null
   let lastCommit: { endedAt: number; ms: number } | null = null
+  const exec = DatabaseSync.prototype.exec as (this: DatabaseSync, sql: string) => void
+  DatabaseSync.prototype.exec = function (this: DatabaseSync, sql: string) {
+    if (!sql.includes('wal_checkpoint')) return exec.call(this, sql)
+    const started = performance.now()
+    try {
+      return exec.call(this, sql)
+    } finally {
+      const ms = performance.now() - started
+      add(checkpoints, ms)
+      pauses.push({ endedAt: performance.timeOrigin + started + ms, ms, kind: 'checkpoint' })
+    }
+  }
   const run = StatementSync.prototype.run as (this: StatementSync, ...params: unknown[]) => ReturnType<StatementSync['run']>
   let batchStart = -1
   let batchStatements = 0
@@ -250,7 +270,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       return result
     }
     add(commits, ended - started)
-    if (wal?.restarted() && lastCommit) {
+    if (wal?.restarted() && lastCommit && lastCommit.ms >= CHECKPOINT_IN_COMMIT_MS) {
       add(checkpoints, lastCommit.ms)
       pauses.push({ endedAt: lastCommit.endedAt, ms: lastCommit.ms, kind: 'checkpoint' })
     }

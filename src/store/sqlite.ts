@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { sqliteMigrations } from './sqlite-migrations.ts'
+import { WalCheckpointer } from './sqlite-checkpointer.ts'
 import { unansweredCalls } from './history.ts'
 import { dataJsonOf, SessionGoneError, withDataJson } from './store.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
@@ -41,15 +42,21 @@ const EVENT_ROWS = 32
 
 /**
  * The WAL is checkpointed (copied into the database file) once the store has been idle this
- * long after at least IDLE_CHECKPOINT_COMMITS group commits. Otherwise SQLite does it itself
- * when the WAL reaches 1 000 pages, inside whichever commit crosses that line: 6–15 ms with the
- * event loop blocked, every ~18 runs one at a time. Checkpointing the moment the store goes
- * quiet (a run waiting on its model is quiet) copies a few pages at a time and leaves the WAL
- * small: e2e p90 0.80–0.83 and p50 0.94 of before (`npm run bench -- ab`). Under sustained load
- * the store is never idle for that long and SQLite's own checkpoint still bounds the WAL.
+ * long after at least IDLE_CHECKPOINT_COMMITS group commits, or after BUSY_CHECKPOINT_COMMITS
+ * without a quiet moment, on a thread of its own (WalCheckpointer). Checkpointing the moment the
+ * store goes quiet (a run waiting on its model is quiet) copies a few pages at a time and leaves
+ * the WAL small, so that an idle service's database file alone holds every commit; e2e p90
+ * 0.80–0.83 and p50 0.94 of leaving it to SQLite (`npm run bench -- ab`), which checkpoints
+ * inside whichever commit takes the WAL past its limit, 6–15 ms with the event loop blocked.
  */
 const IDLE_CHECKPOINT_MS = 2
 const IDLE_CHECKPOINT_COMMITS = 30
+const BUSY_CHECKPOINT_COMMITS = 200
+/**
+ * SQLite's own checkpoint, inside a commit on the event loop, only if the WAL outgrows this many
+ * pages (4 KiB each) all the same: the thread has failed, or falls far behind.
+ */
+const WAL_PAGES_BACKSTOP = 10_000
 
 /** Thrown when the store was used after close(); the routes turn it into 503 UNAVAILABLE. */
 export class StoreClosedError extends Error {
@@ -65,6 +72,26 @@ export class StoreLockedError extends Error {
   constructor(path: string) {
     super(`the SQLite database ${path} is in use by another process; one agentd process serves a SQLite file (use DATABASE_URL with PostgreSQL for several)`)
   }
+}
+
+/**
+ * Takes this process's claim on a database file: an exclusive lock on `<file>-lock`, a database
+ * of one row (who holds it, since when) that the returned connection keeps locked until it is
+ * closed or the process ends. Throws StoreLockedError while another connection holds it.
+ */
+function lockOwner(path: string): DatabaseSync {
+  const owner = new DatabaseSync(`${path}-lock`)
+  try {
+    // EXCLUSIVE locking mode never releases a lock once taken: the write below takes the file's.
+    owner.exec(`PRAGMA busy_timeout = 200; PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = OFF;
+      BEGIN EXCLUSIVE; CREATE TABLE IF NOT EXISTS owner (pid INTEGER NOT NULL, since TEXT NOT NULL);
+      DELETE FROM owner; INSERT INTO owner VALUES (${process.pid}, '${new Date().toISOString()}'); COMMIT;`)
+  } catch (err) {
+    owner.close()
+    if (/locked|busy/i.test((err as Error).message)) throw new StoreLockedError(path)
+    throw err
+  }
+  return owner
 }
 
 /**
@@ -153,13 +180,16 @@ class HotStatements {
  * does a few microseconds of work, in WAL mode with synchronous=NORMAL, which survives a process
  * crash (kill -9) without losing a committed transaction.
  *
- * One process owns the file: the connection takes SQLite's exclusive lock at open and keeps it
- * (locking_mode=EXCLUSIVE), so a second agentd on the same file fails to start instead of
- * corrupting the first one's runs, and the lock dies with the process (kill -9 included). That
- * single writer is what lets this store keep each session's newest seq in memory.
+ * One process owns the file: at open it takes an exclusive lock on a small database beside it
+ * (`<file>-lock`, lockOwner) and keeps it, so a second agentd on the same file fails to start
+ * instead of corrupting the first one's runs, and the lock dies with the process (kill -9
+ * included). That single writer is what lets this store keep each session's newest seq in memory.
+ * The database itself is opened in SQLite's normal locking mode, so that the checkpoint thread's
+ * connection can work beside the store's.
  *
- * Writes are group commits (#write). The WAL is checkpointed whenever the store goes quiet
- * (IDLE_CHECKPOINT_MS), so that an idle service's database file alone holds every commit.
+ * Writes are group commits (#write). The WAL is checkpointed on a thread of its own whenever the
+ * store goes quiet (IDLE_CHECKPOINT_MS), so that an idle service's database file alone holds
+ * every commit, and every BUSY_CHECKPOINT_COMMITS commits under sustained load.
  */
 export class SqliteStore implements Store {
   readonly kind = 'sqlite' as const
@@ -171,9 +201,14 @@ export class SqliteStore implements Store {
   /** Writes waiting for the next group commit. */
   #pending: PendingWrite[] = []
   #flushScheduled = false
-  /** A file's store checkpoints its WAL when idle (IDLE_CHECKPOINT_MS); `:memory:` has no WAL. */
+  /** A file's store checkpoints its WAL when idle (IDLE_CHECKPOINT_MS); `:memory:` has no WAL, no lock file and no thread. */
   readonly #walFile: boolean
-  /** Group commits since the last idle checkpoint. */
+  /** The connection to `<file>-lock` that holds this process's claim on the file. */
+  readonly #owner: DatabaseSync | null = null
+  readonly #checkpointer: WalCheckpointer | null = null
+  /** How long the store waits, quiet, before it checkpoints (IDLE_CHECKPOINT_MS unless a test says otherwise). */
+  readonly #idleCheckpointMs: number
+  /** Group commits since the last checkpoint. */
   #sinceCheckpoint = 0
   #idleCheckpoint: NodeJS.Timeout | null = null
   /**
@@ -187,21 +222,31 @@ export class SqliteStore implements Store {
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
   #seqUndo: Array<{ sessionId: string; last: number | undefined }> | null = null
 
-  constructor(path: string) {
+  /** `idleCheckpointMs`: for tests, a quiet moment that never comes, so that only BUSY_CHECKPOINT_COMMITS checkpoints. */
+  constructor(path: string, options: { idleCheckpointMs?: number } = {}) {
+    this.#idleCheckpointMs = options.idleCheckpointMs ?? IDLE_CHECKPOINT_MS
     this.#walFile = path !== ':memory:'
-    if (this.#walFile) mkdirSync(dirname(path), { recursive: true })
-    this.#db = new DatabaseSync(path, { enableForeignKeyConstraints: true })
+    if (this.#walFile) {
+      mkdirSync(dirname(path), { recursive: true })
+      this.#owner = lockOwner(path)
+    }
     try {
-      // Exclusive before WAL: the WAL then needs no shared memory, and the first write below
-      // takes the lock that this connection keeps until it closes.
-      this.#db.exec('PRAGMA busy_timeout = 200; PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;')
-      this.#db.exec('BEGIN IMMEDIATE; COMMIT;')
-      this.#db.exec('PRAGMA busy_timeout = 5000;')
+      this.#db = new DatabaseSync(path, { enableForeignKeyConstraints: true })
+    } catch (err) {
+      this.#owner?.close()
+      throw err
+    }
+    try {
+      this.#db.exec(`PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+        PRAGMA wal_autocheckpoint = ${WAL_PAGES_BACKSTOP};`)
     } catch (err) {
       this.#db.close()
+      this.#owner?.close()
+      // A file held by an agentd from before the lock file (its connection kept SQLite's own exclusive lock).
       if (/locked|busy/i.test((err as Error).message)) throw new StoreLockedError(path)
       throw err
     }
+    if (this.#walFile) this.#checkpointer = new WalCheckpointer(path)
   }
 
   #stmt(sql: string): StatementSync {
@@ -294,9 +339,10 @@ export class SqliteStore implements Store {
       else write.resolve(write.value)
     }
     if (this.#walFile && ++this.#sinceCheckpoint >= IDLE_CHECKPOINT_COMMITS) {
+      if (this.#sinceCheckpoint >= BUSY_CHECKPOINT_COMMITS) this.#checkpoint()
       // Every commit pushes the idle deadline back; one timer, re-armed without allocating.
-      if (this.#idleCheckpoint) this.#idleCheckpoint.refresh()
-      else this.#idleCheckpoint = setTimeout(this.#checkpointWhenIdle, IDLE_CHECKPOINT_MS).unref()
+      else if (this.#idleCheckpoint) this.#idleCheckpoint.refresh()
+      else this.#idleCheckpoint = setTimeout(this.#checkpointWhenIdle, this.#idleCheckpointMs).unref()
     }
   }
 
@@ -304,14 +350,29 @@ export class SqliteStore implements Store {
   readonly #checkpointWhenIdle = (): void => {
     this.#idleCheckpoint = null
     if (this.#closed || this.#flushScheduled) return
+    this.#checkpoint()
+  }
+
+  /** Has the WAL copied into the database file: by the checkpoint thread, or here if it cannot. */
+  #checkpoint(): void {
     this.#sinceCheckpoint = 0
+    if (this.#idleCheckpoint) {
+      clearTimeout(this.#idleCheckpoint)
+      this.#idleCheckpoint = null
+    }
+    if (this.#checkpointer?.request()) return
     try {
       // PASSIVE: copies what it can and never waits. The next write then starts the WAL over.
       this.#db.exec('PRAGMA wal_checkpoint(PASSIVE)')
     } catch {
-      // Nothing is lost: the WAL keeps every commit, and SQLite's own checkpoint at 1 000 pages
+      // Nothing is lost: the WAL keeps every commit, and SQLite's own checkpoint (WAL_PAGES_BACKSTOP)
       // runs inside a commit, which reports the same I/O error to its caller if it persists.
     }
+  }
+
+  /** Resolves once no checkpoint is running or asked for on the checkpoint thread. */
+  checkpointed(): Promise<void> {
+    return this.#checkpointer?.settled() ?? Promise.resolve()
   }
 
   /**
@@ -420,7 +481,10 @@ export class SqliteStore implements Store {
     this.#closed = true
     this.#statements.clear()
     this.#hotStatements = null
+    // The thread's connection goes first: the last connection to close checkpoints the WAL and removes it.
+    await this.#checkpointer?.close()
     this.#db.close()
+    this.#owner?.close()
   }
 
   async commit(writes: readonly StoreWrite[]): Promise<EventRecord[]> {

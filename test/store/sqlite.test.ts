@@ -60,6 +60,10 @@ t.test('a second store on the same file is refused while the first is open, and 
   const first = new SqliteStore(path)
   await first.migrate()
   t.throws(() => new SqliteStore(path), { code: 'STORE_LOCKED', message: /in use by another process/ })
+  // The claim is the lock on <file>-lock: the database itself stays readable (sqlite3, a backup tool).
+  const reader = new DatabaseSync(path, { readOnly: true })
+  t.same(reader.prepare('SELECT count(*) AS n FROM sessions').get(), { n: 0 }, 'another connection can read the database meanwhile')
+  reader.close()
   await first.close()
   const second = new SqliteStore(path)
   t.teardown(() => second.close())
@@ -112,7 +116,39 @@ t.test('once the store goes idle, the database file alone holds every commit (th
     }
   }
   t.ok(eventsInFile('busy.db') < 40, 'while writes come one after another, the newest ones are only in the WAL')
-  await setTimeout(50)
+  // Quiet for longer than the store waits (2 ms); the copy is made on the checkpoint thread.
+  await setTimeout(20)
+  await store.checkpointed()
   t.equal(eventsInFile('idle.db'), 40, 'a moment of quiet later, the file has all of them')
   t.same((await store.commit([{ type: 'event', event }])).map((e) => e.seq), [41], 'and the store goes on where it was')
+})
+
+t.test('under writes without a quiet moment, the WAL is still checkpointed every 200 commits', async (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'agentd.db')
+  // A quiet moment that never comes: only the count of commits can start a checkpoint.
+  const store = new SqliteStore(path, { idleCheckpointMs: 3_600_000 })
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_busy'))
+  const event = { sessionId: 'ses_busy', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
+  const eventsInFile = (): number => {
+    const copy = join(dir, 'copy.db')
+    copyFileSync(path, copy)
+    const db = new DatabaseSync(copy, { readOnly: true })
+    try {
+      const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'events'").get() as { n: number }
+      return tables.n === 0 ? 0 : (db.prepare("SELECT count(*) AS n FROM events WHERE session_id = 'ses_busy'").get() as { n: number }).n
+    } finally {
+      db.close()
+    }
+  }
+  // The migrations and the session are commits too: 150 more stay under 200.
+  for (let n = 1; n <= 150; n++) await store.commit([{ type: 'event', event }])
+  await setTimeout(20)
+  await store.checkpointed()
+  t.equal(eventsInFile(), 0, 'after 150 commits, nothing is copied yet')
+  for (let n = 151; n <= 250; n++) await store.commit([{ type: 'event', event }])
+  await store.checkpointed()
+  t.ok(eventsInFile() >= 150, 'past 200, the database file alone holds them')
 })

@@ -1,0 +1,47 @@
+import { copyFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
+import t from 'tap'
+import { WalCheckpointer } from '../../src/store/sqlite-checkpointer.ts'
+import { tempDir } from '../helpers/app.ts'
+
+t.test('the checkpoint thread copies the WAL into the database file while the writer keeps its connection', async (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'a.db')
+  const writer = new DatabaseSync(path)
+  t.teardown(() => writer.close())
+  writer.exec('PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (n INTEGER)')
+  for (let n = 0; n < 50; n++) writer.exec(`INSERT INTO t VALUES (${n})`)
+  const inFile = (): number => {
+    const copy = join(dir, 'copy.db')
+    copyFileSync(path, copy)
+    const db = new DatabaseSync(copy, { readOnly: true })
+    try {
+      const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 't'").get() as { n: number }
+      return tables.n === 0 ? 0 : (db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n
+    } finally {
+      db.close()
+    }
+  }
+  t.equal(inFile(), 0, 'before: every row is in the WAL only')
+
+  const checkpointer = new WalCheckpointer(path)
+  t.teardown(() => checkpointer.close())
+  t.equal(checkpointer.request(), true, 'the thread takes the request')
+  t.equal(checkpointer.request(), true, 'and one asked for meanwhile')
+  await checkpointer.settled()
+  t.equal(inFile(), 50, 'after: the database file alone holds every row')
+
+  writer.exec('INSERT INTO t VALUES (50)')
+  t.equal((writer.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n, 51, 'the writer goes on')
+  await checkpointer.close()
+  t.equal(checkpointer.request(), true, 'a request after close is answered and ignored')
+})
+
+t.test('a checkpoint thread that cannot open the database gives up: the caller checkpoints itself', async (t) => {
+  const checkpointer = new WalCheckpointer(join(tempDir(t), 'no', 'such', 'dir', 'a.db'))
+  t.teardown(() => checkpointer.close())
+  t.equal(checkpointer.request(), true, 'the first request goes to the thread')
+  await checkpointer.settled()
+  t.equal(checkpointer.request(), false, 'once it has failed, requests are refused')
+})
