@@ -26,8 +26,9 @@ interface SessionRuns {
 
 /**
  * The in-process RunCoordinator: this process is the only one on its store (the SQLite store
- * holds an exclusive lock), so the queues, the active run of each session and the per-tenant
- * counts live in maps, signals are calls, and every unfinished run found at start is an orphan.
+ * holds an exclusive lock on `<file>-lock`), so the queues, the active run of each session and
+ * the per-tenant counts live in maps, signals are calls, and every unfinished run found at start
+ * is an orphan.
  */
 export class LocalRunCoordinator implements RunCoordinator {
   readonly ownerId = newId('req').replace('req_', 'own_')

@@ -214,9 +214,9 @@ export class SqliteStore implements Store {
   /**
    * The newest seq of each session this process has appended to (in the current transaction
    * too). A session's newest seq is not a column: it is its newest event's, found through the
-   * events' primary key (LAST_SEQ), so a transaction writes no sessions row for its events. The
-   * exclusive lock makes this process the file's only writer, so that key is read once per
-   * session, not per event.
+   * events' primary key (LAST_SEQ), so a transaction writes no sessions row for its events.
+   * The lock on `<file>-lock` makes this process the file's only writer, so that key is read
+   * once per session, not per event.
    */
   readonly #lastSeq = new Map<string, number>()
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
