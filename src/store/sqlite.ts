@@ -237,8 +237,9 @@ export class SqliteStore implements Store {
       throw err
     }
     try {
-      this.#db.exec(`PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-        PRAGMA wal_autocheckpoint = ${WAL_PAGES_BACKSTOP};`)
+      // A short wait first: a file held by an agentd from before the lock file answers busy at once.
+      this.#db.exec(`PRAGMA busy_timeout = 200; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+        PRAGMA wal_autocheckpoint = ${WAL_PAGES_BACKSTOP}; PRAGMA busy_timeout = 5000;`)
     } catch (err) {
       this.#db.close()
       this.#owner?.close()

@@ -72,6 +72,17 @@ t.test('a second store on the same file is refused while the first is open, and 
   t.pass('the file opens again once its owner has closed it')
 })
 
+t.test('a file still held the way an agentd before the lock file held it is refused too', async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  // What the store did until <file>-lock: SQLite's exclusive mode on the database itself, kept.
+  const old = new DatabaseSync(path)
+  t.teardown(() => old.close())
+  old.exec('PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; BEGIN IMMEDIATE; COMMIT;')
+  const started = performance.now()
+  t.throws(() => new SqliteStore(path), { code: 'STORE_LOCKED', message: /in use by another process/ })
+  t.ok(performance.now() - started < 2_000, 'at once, not after the 5 s busy timeout')
+})
+
 t.test("a session's newest seq comes from its events: after a restart, and in a file written before schema version 5", async (t) => {
   const path = join(tempDir(t), 'agentd.db')
   // The file as version 4 left it: the newest seq was a column of the sessions row.
