@@ -83,7 +83,9 @@ function lockOwner(path: string): DatabaseSync {
   const owner = new DatabaseSync(`${path}-lock`)
   try {
     // EXCLUSIVE locking mode never releases a lock once taken: the write below takes the file's.
-    owner.exec(`PRAGMA busy_timeout = 200; PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = OFF;
+    // Its journal is kept in memory, so that no `-lock-journal` file lies beside it (node:sqlite
+    // refuses journal_mode OFF).
+    owner.exec(`PRAGMA busy_timeout = 200; PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = MEMORY;
       BEGIN EXCLUSIVE; CREATE TABLE IF NOT EXISTS owner (pid INTEGER NOT NULL, since TEXT NOT NULL);
       DELETE FROM owner; INSERT INTO owner VALUES (${process.pid}, '${new Date().toISOString()}'); COMMIT;`)
   } catch (err) {

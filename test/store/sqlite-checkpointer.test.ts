@@ -1,9 +1,9 @@
-import { copyFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import t from 'tap'
 import { WalCheckpointer } from '../../src/store/sqlite-checkpointer.ts'
 import { tempDir } from '../helpers/app.ts'
+import { rowsInFileCopy } from './file-copy.ts'
 
 t.test('the checkpoint thread copies the WAL into the database file while the writer keeps its connection', async (t) => {
   const dir = tempDir(t)
@@ -12,17 +12,7 @@ t.test('the checkpoint thread copies the WAL into the database file while the wr
   t.teardown(() => writer.close())
   writer.exec('PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (n INTEGER)')
   for (let n = 0; n < 50; n++) writer.exec(`INSERT INTO t VALUES (${n})`)
-  const inFile = (): number => {
-    const copy = join(dir, 'copy.db')
-    copyFileSync(path, copy)
-    const db = new DatabaseSync(copy, { readOnly: true })
-    try {
-      const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 't'").get() as { n: number }
-      return tables.n === 0 ? 0 : (db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n
-    } finally {
-      db.close()
-    }
-  }
+  const inFile = (): number => rowsInFileCopy(path, join(dir, 'copy.db'), 't')
   t.equal(inFile(), 0, 'before: every row is in the WAL only')
 
   const checkpointer = new WalCheckpointer(path)

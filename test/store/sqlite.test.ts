@@ -1,5 +1,5 @@
-import { copyFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { readdirSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
@@ -7,6 +7,7 @@ import { SqliteStore } from '../../src/store/sqlite.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
 import { storeContract, testSession } from './contract.ts'
 import { sqliteFileAtVersion } from './old-sqlite-file.ts'
+import { rowsInFileCopy } from './file-copy.ts'
 
 async function openSqlite(t: TapTest, path: string): Promise<SqliteStore> {
   const store = new SqliteStore(path)
@@ -61,6 +62,7 @@ t.test('a second store on the same file is refused while the first is open, and 
   await first.migrate()
   t.throws(() => new SqliteStore(path), { code: 'STORE_LOCKED', message: /in use by another process/ })
   // The claim is the lock on <file>-lock: the database itself stays readable (sqlite3, a backup tool).
+  t.same(readdirSync(dirname(path)).sort(), ['agentd.db', 'agentd.db-lock', 'agentd.db-shm', 'agentd.db-wal'], 'the files of an open store')
   const reader = new DatabaseSync(path, { readOnly: true })
   t.same(reader.prepare('SELECT count(*) AS n FROM sessions').get(), { n: 0 }, 'another connection can read the database meanwhile')
   reader.close()
@@ -114,18 +116,8 @@ t.test('once the store goes idle, the database file alone holds every commit (th
   // A busy store: one group commit after another, as a stream of runs makes them.
   for (let n = 1; n <= 40; n++) await store.commit([{ type: 'event', event: { ...event, data: { n } } }])
 
-  /** The events a copy of the database file alone (as a backup taking only that file would) holds. */
-  const eventsInFile = (name: string): number => {
-    const copy = join(dir, name)
-    copyFileSync(path, copy)
-    const db = new DatabaseSync(copy, { readOnly: true })
-    try {
-      const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'events'").get() as { n: number }
-      return tables.n === 0 ? 0 : (db.prepare("SELECT count(*) AS n FROM events WHERE session_id = 'ses_idle'").get() as { n: number }).n
-    } finally {
-      db.close()
-    }
-  }
+  /** The events a copy of the database file alone holds (the store's only session is ses_idle). */
+  const eventsInFile = (name: string): number => rowsInFileCopy(path, join(dir, name), 'events')
   t.ok(eventsInFile('busy.db') < 40, 'while writes come one after another, the newest ones are only in the WAL')
   // Quiet for longer than the store waits (2 ms); the copy is made on the checkpoint thread.
   await setTimeout(20)
@@ -143,17 +135,7 @@ t.test('under writes without a quiet moment, the WAL is still checkpointed every
   await store.migrate()
   await store.createSession(testSession('ses_busy'))
   const event = { sessionId: 'ses_busy', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
-  const eventsInFile = (): number => {
-    const copy = join(dir, 'copy.db')
-    copyFileSync(path, copy)
-    const db = new DatabaseSync(copy, { readOnly: true })
-    try {
-      const tables = db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'events'").get() as { n: number }
-      return tables.n === 0 ? 0 : (db.prepare("SELECT count(*) AS n FROM events WHERE session_id = 'ses_busy'").get() as { n: number }).n
-    } finally {
-      db.close()
-    }
-  }
+  const eventsInFile = (): number => rowsInFileCopy(path, join(dir, 'copy.db'), 'events')
   // The migrations and the session are commits too: 150 more stay under 200.
   for (let n = 1; n <= 150; n++) await store.commit([{ type: 'event', event }])
   await setTimeout(20)
