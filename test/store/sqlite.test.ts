@@ -1,6 +1,6 @@
 import { readdirSync } from 'node:fs'
 import { dirname, join } from 'node:path'
-import { DatabaseSync } from 'node:sqlite'
+import { backup, DatabaseSync } from 'node:sqlite'
 import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
@@ -72,6 +72,18 @@ t.test('a second store on the same file is refused while the first is open, and 
   await second.migrate()
   await second.ping()
   t.pass('the file opens again once its owner has closed it')
+})
+
+t.test('while the store is open, an online backup from another connection holds its newest commit', async (t) => {
+  const dir = tempDir(t)
+  const store = await openSqlite(t, join(dir, 'agentd.db'))
+  await store.createSession(testSession('ses_backup'))
+  const source = new DatabaseSync(join(dir, 'agentd.db'), { readOnly: true })
+  await backup(source, join(dir, 'backup.db'))
+  source.close()
+  const copy = new DatabaseSync(join(dir, 'backup.db'), { readOnly: true })
+  t.teardown(() => copy.close())
+  t.same(copy.prepare('SELECT id FROM sessions').all().map((row) => row['id']), ['ses_backup'])
 })
 
 t.test('a file still held the way an agentd before the lock file held it is refused too', async (t) => {
