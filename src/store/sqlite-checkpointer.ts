@@ -89,6 +89,13 @@ export class WalCheckpointer {
       this.#fail()
       this.#answered()
     })
+    // An end that close() did not ask for (the thread ran out of memory, say) is a failure too:
+    // a request waiting on it would otherwise never be answered, and no other sent.
+    worker.on('exit', () => {
+      if (this.#worker !== worker) return
+      this.#fail()
+      this.#answered()
+    })
     this.#worker = worker
     return worker
   }
