@@ -7,8 +7,8 @@
 import { DatabaseSync } from 'node:sqlite'
 import { parentPort, workerData } from 'node:worker_threads'
 
-/** What the thread answers a 'checkpoint' with: the WAL's frames and how many are now in the file, or why it failed. */
-export type CheckpointAnswer = { ok: true; frames: number; copied: number } | { ok: false; message: string }
+/** What the thread answers a 'checkpoint' with: done, or why it failed. */
+export type CheckpointAnswer = { ok: true } | { ok: false; message: string }
 
 const port = parentPort
 if (!port) throw new Error('sqlite-checkpoint-worker.ts runs as a worker thread')
@@ -25,8 +25,8 @@ port.on('message', (message: 'checkpoint' | 'close') => {
   }
   let answer: CheckpointAnswer
   try {
-    const row = checkpoint.get() as { log: number; checkpointed: number }
-    answer = { ok: true, frames: row.log, copied: row.checkpointed }
+    checkpoint.get()
+    answer = { ok: true }
   } catch (err) {
     answer = { ok: false, message: (err as Error).message }
   }
