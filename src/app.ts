@@ -179,7 +179,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const state: ServiceState = { draining: false, storeFailure: null }
   // Fastify's logger is pino; its published type is a narrower view of the same object.
   const log = app.log as unknown as Logger
-  const rawStore = options.store ?? (await openStore(config, (err) => log.warn({ err }, 'an idle database connection failed')))
+  const rawStore = options.store ?? (await openStore(config, {
+    onIdleError: (err) => log.warn({ err }, 'an idle database connection failed'),
+    onCheckpointFailure: (err) => log.warn({ err }, 'the WAL checkpoint thread failed; the store checkpoints on the event loop from now on')
+  }))
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   // One process on SQLite: in-process ports; several on PostgreSQL: shared ones (src/ports.ts).

@@ -17,10 +17,12 @@ const CLOSE_TIMEOUT_MS = 2_000
  * The thread starts at the first request (a store that never gets that far never pays for it).
  * Requests made while one runs are folded into one more after it. If the thread cannot run
  * (it fails to start, or its connection fails), `request()` answers false from then on and the
- * store checkpoints on its own connection, as it did before this existed.
+ * store checkpoints on its own connection, as it did before this existed; `onFailure` is told
+ * why, once, so that the service can log it.
  */
 export class WalCheckpointer {
   readonly #path: string
+  readonly #onFailure: ((err: Error) => void) | undefined
   #worker: Worker | null = null
   /** A request is being served by the thread. */
   #running = false
@@ -31,8 +33,9 @@ export class WalCheckpointer {
   /** Resolves the waiters of settled(). */
   #idle: Array<() => void> = []
 
-  constructor(path: string) {
+  constructor(path: string, onFailure?: (err: Error) => void) {
     this.#path = path
+    this.#onFailure = onFailure
   }
 
   /** Asks for a checkpoint; false when the thread cannot serve it (the caller then checkpoints itself). */
@@ -46,8 +49,8 @@ export class WalCheckpointer {
     this.#running = true
     try {
       this.#thread().postMessage('checkpoint')
-    } catch {
-      this.#fail()
+    } catch (err) {
+      this.#fail(err)
       return false
     }
     return true
@@ -82,18 +85,18 @@ export class WalCheckpointer {
     worker.unref()
     worker.on('message', (answer: CheckpointAnswer) => {
       // A connection that cannot checkpoint (I/O error) is given up on: the store's own takes over.
-      if (!answer.ok) this.#fail()
+      if (!answer.ok) this.#fail(new Error(answer.message))
       this.#answered()
     })
-    worker.on('error', () => {
-      this.#fail()
+    worker.on('error', (err) => {
+      this.#fail(err)
       this.#answered()
     })
     // An end that close() did not ask for (the thread ran out of memory, say) is a failure too:
     // a request waiting on it would otherwise never be answered, and no other sent.
-    worker.on('exit', () => {
+    worker.on('exit', (code) => {
       if (this.#worker !== worker) return
-      this.#fail()
+      this.#fail(new Error(`the checkpoint thread ended unasked (exit code ${code})`))
       this.#answered()
     })
     this.#worker = worker
@@ -115,8 +118,14 @@ export class WalCheckpointer {
     for (const resolve of this.#idle.splice(0)) resolve()
   }
 
-  #fail(): void {
+  #fail(reason: unknown): void {
+    if (this.#failed) return
     this.#failed = true
+    try {
+      this.#onFailure?.(reason instanceof Error ? reason : new Error(String(reason)))
+    } catch {
+      // A report that fails changes nothing: the store checkpoints itself from now on.
+    }
     const worker = this.#worker
     this.#worker = null
     void worker?.terminate().catch(() => undefined)

@@ -224,8 +224,11 @@ export class SqliteStore implements Store {
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
   #seqUndo: Array<{ sessionId: string; last: number | undefined }> | null = null
 
-  /** `idleCheckpointMs`: for tests, a quiet moment that never comes, so that only BUSY_CHECKPOINT_COMMITS checkpoints. */
-  constructor(path: string, options: { idleCheckpointMs?: number } = {}) {
+  /**
+   * `idleCheckpointMs`: for tests, a quiet moment that never comes, so that only BUSY_CHECKPOINT_COMMITS checkpoints.
+   * `onCheckpointFailure`: told once if the checkpoint thread fails and the store checkpoints on its own connection instead.
+   */
+  constructor(path: string, options: { idleCheckpointMs?: number; onCheckpointFailure?: (err: Error) => void } = {}) {
     this.#idleCheckpointMs = options.idleCheckpointMs ?? IDLE_CHECKPOINT_MS
     this.#walFile = path !== ':memory:'
     if (this.#walFile) {
@@ -249,7 +252,16 @@ export class SqliteStore implements Store {
       if (/locked|busy/i.test((err as Error).message)) throw new StoreLockedError(path)
       throw err
     }
-    if (this.#walFile) this.#checkpointer = new WalCheckpointer(path)
+    if (this.#walFile) {
+      const report = options.onCheckpointFailure
+      this.#checkpointer = new WalCheckpointer(path, (err) => {
+        report?.(err)
+        // The checkpoint the thread was asked for is made here instead (a turn later: the failure may be reported from inside #checkpoint).
+        setImmediate(() => {
+          if (!this.#closed) this.#checkpointHere()
+        })
+      })
+    }
   }
 
   #stmt(sql: string): StatementSync {
@@ -364,6 +376,11 @@ export class SqliteStore implements Store {
       this.#idleCheckpoint = null
     }
     if (this.#checkpointer?.request()) return
+    this.#checkpointHere()
+  }
+
+  /** Checkpoints on the store's own connection, on the event loop: when the thread cannot. */
+  #checkpointHere(): void {
     try {
       // PASSIVE: copies what it can and never waits. The next write then starts the WAL over.
       this.#db.exec('PRAGMA wal_checkpoint(PASSIVE)')

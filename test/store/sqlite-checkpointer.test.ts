@@ -28,10 +28,14 @@ t.test('the checkpoint thread copies the WAL into the database file while the wr
   t.equal(checkpointer.request(), true, 'a request after close is answered and ignored')
 })
 
-t.test('a checkpoint thread that cannot open the database gives up: the caller checkpoints itself', async (t) => {
-  const checkpointer = new WalCheckpointer(join(tempDir(t), 'no', 'such', 'dir', 'a.db'))
+t.test('a checkpoint thread that cannot open the database gives up and says why, once: the caller checkpoints itself', async (t) => {
+  const failures: Error[] = []
+  const checkpointer = new WalCheckpointer(join(tempDir(t), 'no', 'such', 'dir', 'a.db'), (err) => failures.push(err))
   t.teardown(() => checkpointer.close())
   t.equal(checkpointer.request(), true, 'the first request goes to the thread')
   await checkpointer.settled()
   t.equal(checkpointer.request(), false, 'once it has failed, requests are refused')
+  t.equal(checkpointer.request(), false, 'every one of them')
+  t.equal(failures.length, 1, 'the failure is reported once')
+  t.match(failures[0]?.message, /unable to open database file/, "with SQLite's reason")
 })

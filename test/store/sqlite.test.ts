@@ -1,4 +1,4 @@
-import { readdirSync } from 'node:fs'
+import { readdirSync, renameSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { backup, DatabaseSync } from 'node:sqlite'
 import { setTimeout } from 'node:timers/promises'
@@ -136,6 +136,34 @@ t.test('once the store goes idle, the database file alone holds every commit (th
   await store.checkpointed()
   t.equal(eventsInFile('idle.db'), 40, 'a moment of quiet later, the file has all of them')
   t.same((await store.commit([{ type: 'event', event }])).map((e) => e.seq), [41], 'and the store goes on where it was')
+})
+
+t.test('a checkpoint thread that cannot open the file is reported once, and the store checkpoints on its own connection', async (t) => {
+  const dir = tempDir(t)
+  const failures: Error[] = []
+  const store = new SqliteStore(join(dir, 'a', 'agentd.db'), { onCheckpointFailure: (err) => failures.push(err) })
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_moved'))
+  // The folder is moved under the open store: its connection keeps the file, a new one cannot find it.
+  renameSync(join(dir, 'a'), join(dir, 'b'))
+  const event = { sessionId: 'ses_moved', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
+  const eventsInFile = (): number => rowsInFileCopy(join(dir, 'b', 'agentd.db'), join(dir, 'copy.db'), 'events')
+  const quiet = async (): Promise<void> => {
+    await setTimeout(20)
+    await store.checkpointed()
+    await setTimeout(5)
+  }
+  for (let n = 1; n <= 40; n++) await store.commit([{ type: 'event', event }])
+  await quiet()
+  t.equal(failures.length, 1, 'the thread failed, and said so')
+  t.match(failures[0]?.message, /unable to open database file/, "with SQLite's reason")
+  t.equal(eventsInFile(), 40, 'the checkpoint it was asked for was made on the store\'s own connection')
+  for (let n = 41; n <= 80; n++) await store.commit([{ type: 'event', event }])
+  await quiet()
+  t.equal(eventsInFile(), 80, 'and so are the next ones')
+  t.equal(failures.length, 1, 'the failure is reported once')
+  t.same((await store.commit([{ type: 'event', event }])).map((e) => e.seq), [81], 'the store goes on')
 })
 
 t.test('under writes without a quiet moment, the WAL is still checkpointed every 200 commits', async (t) => {
