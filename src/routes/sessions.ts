@@ -98,6 +98,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
     await store.createSession(record)
     request.log.info({ sessionId: record.id }, 'session created')
+    // Made once the 201 is written, while the client prepares its first message.
+    app.agentd.tools.prepareWorkspace(record)
     return reply.status(201).send(toSessionView(record, app.agentd.tools.defaultNames))
   })
 

@@ -48,6 +48,8 @@ export class ToolCatalog {
   readonly #limiter: ReturnType<typeof createConcurrencyLimiter>
   /** Workspaces being made, by session: a session's removal waits for them, so none is made after it. */
   readonly #making = new Map<string, Promise<unknown>>()
+  /** Workspaces made when their session was created (prepareWorkspace), each taken by the session's first run; null: none was needed. */
+  readonly #prepared = new Map<string, Promise<string | null>>()
 
   constructor(config: Readonly<Config>, options: ToolCatalogOptions = {}) {
     this.#config = config
@@ -76,9 +78,9 @@ export class ToolCatalog {
     await this.#mcp.start()
   }
 
-  /** Stops the MCP servers (stdio ones with their process groups). */
+  /** Stops the MCP servers (stdio ones with their process groups), and lets the workspaces being made finish. */
   async close(): Promise<void> {
-    await this.#mcp?.stop()
+    await Promise.all([this.#mcp?.stop(), ...this.#making.values()])
   }
 
   /** Each MCP server's state, for GET /v1/tools and /readyz. */
@@ -86,8 +88,25 @@ export class ToolCatalog {
     return this.#mcp?.status() ?? []
   }
 
+  /** Makes (or finds) a session's workspace. */
+  #make(sessionId: string): Promise<string> {
+    const making = ensureWorkspace(this.#config.workspaces, sessionId)
+    this.#track(sessionId, making)
+    return making
+  }
+
+  /** Holds a session's removal (removeWorkspace) until its workspace is made. */
+  #track(sessionId: string, making: Promise<unknown>): void {
+    const settled = making.then(() => undefined, () => undefined)
+    this.#making.set(sessionId, settled)
+    void settled.then(() => {
+      if (this.#making.get(sessionId) === settled) this.#making.delete(sessionId)
+    })
+  }
+
   /** Deletes a session's workspace with its files (the session is gone). */
   async removeWorkspace(sessionId: string): Promise<void> {
+    this.#prepared.delete(sessionId)
     await this.#making.get(sessionId)
     await removeWorkspace(this.#config.workspaces, sessionId)
   }
@@ -132,27 +151,45 @@ export class ToolCatalog {
     return { names: [...byName.keys()], definitions, get: (name) => byName.get(name) }
   }
 
+  /**
+   * Makes a new session's workspace, when its tools include a server tool, for its first run to
+   * find. Called as the session's 201 goes out, it starts the folder's creation at the next check
+   * phase, once the answer is written: its call into libuv's thread pool (20-60 µs of the event
+   * loop, then ~0.1 ms of file-system journal on the pool) falls between the session's creation
+   * and its first message instead of at the run's start. A removal of the session waits for it
+   * (#making). Should it fail, the first run makes the folder itself.
+   */
+  prepareWorkspace(session: SessionRecord): void {
+    if (this.#prepared.size >= 10_000) this.#prepared.clear()
+    const making = (async () => {
+      await new Promise<void>((resolve) => setImmediate(resolve))
+      return hasServerTool(await this.resolve(session)) ? ensureWorkspace(this.#config.workspaces, session.id) : null
+    })()
+    this.#track(session.id, making)
+    making.catch(() => undefined)
+    this.#prepared.set(session.id, making)
+  }
+
   /** Executes the server-side tool calls of one session (its tools as resolve() gave them) in the isolation runtime. */
   async executor(session: SessionRecord, tools: SessionToolSet, logger: Logger): Promise<ExecuteTool> {
+    // The session's first run takes the workspace made with the session; later runs make sure of it themselves.
+    let prepared = this.#prepared.get(session.id)
+    this.#prepared.delete(session.id)
     let workspace: Promise<string> | undefined
     const ensure = () => {
       if (workspace) return workspace
-      const making = ensureWorkspace(this.#config.workspaces, session.id)
+      const making = prepared ? prepared.then((root) => root ?? this.#make(session.id)) : this.#make(session.id)
+      prepared = undefined
       workspace = making.catch((err: unknown) => {
         workspace = undefined
         throw err
-      })
-      const settled = making.then(() => undefined, () => undefined)
-      this.#making.set(session.id, settled)
-      void settled.then(() => {
-        if (this.#making.get(session.id) === settled) this.#making.delete(session.id)
       })
       return workspace
     }
     // A run that may call a server tool has its workspace made (or found) while the model answers:
     // a new folder is a file-system journal write (~0.1 ms) that would otherwise be the first
     // tool call's. Should it fail, the first call tries again and fails classified.
-    if (tools.names.some((name) => tools.get(name)?.kind === 'server')) ensure().catch(() => undefined)
+    if (hasServerTool(tools)) ensure().catch(() => undefined)
     const timeoutMs = Math.min(session.limits.toolTimeoutMs ?? this.#config.toolTimeoutMs, this.#config.toolTimeoutMs)
     return async (call, signal, emit) => {
       const entry = tools.get(call.name)
@@ -166,6 +203,10 @@ export class ToolCatalog {
       return outcome.ok ? { ok: true, result: outcome.result } : { ok: false, error: outcome.error }
     }
   }
+}
+
+function hasServerTool(tools: SessionToolSet): boolean {
+  return tools.names.some((name) => tools.get(name)?.kind === 'server')
 }
 
 const definitions = new WeakMap<ToolInfo, ChatCompletionTool>()

@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
+import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { buildTestApp, tempDir } from '../helpers/app.ts'
@@ -77,6 +78,20 @@ t.test('deleting a session removes its workspace files', async (t) => {
   t.ok(existsSync(join(workspace, 'secret.txt')), 'the tool wrote into the workspace')
   t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })).statusCode, 204)
   t.notOk(existsSync(workspace), 'the workspace is gone')
+})
+
+t.test('a session with server tools has its workspace made before its first message', async (t) => {
+  const { app, dir } = await buildTestApp(t)
+  const folder = (id: string) => join(dir, 'workspaces', id)
+  const withTools = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  const without = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  // Deleted at once: its removal waits for the workspace being made, so no folder is left behind.
+  const gone = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${gone.id}` })).statusCode, 204)
+  await setTimeout(50)
+  t.ok(existsSync(folder(withTools.id)), 'the default tools read and write files: the folder is there')
+  t.notOk(existsSync(folder(without.id)), 'a session without server tools gets none')
+  t.notOk(existsSync(folder(gone.id)), 'a session deleted right after it was created leaves none')
 })
 
 t.test('listing sessions pages newest first with a cursor', async (t) => {

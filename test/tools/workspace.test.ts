@@ -106,3 +106,36 @@ t.test("a session's workspace removed while a run is still making it stays remov
   }
   t.pass('every removed workspace stayed removed')
 })
+
+t.test("a session's workspace is made with the session, for its first run, and a removal that comes first waits for it", async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'agentd-ws-prepared-'))
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }))
+  const catalog = new ToolCatalog(loadConfig({ AGENTD_WORKSPACES: dir }))
+  const logger = pino({ enabled: false })
+  const turn = () => new Promise((resolve) => setTimeout(resolve, 20))
+
+  const made = { id: 'ses_prepared', tools: null, limits: {} } as unknown as SessionRecord
+  catalog.prepareWorkspace(made)
+  t.notOk(existsSync(path.join(dir, made.id)), 'not while the 201 is being written')
+  await turn()
+  t.ok(existsSync(path.join(dir, made.id)), 'made once it is out')
+  const execute = await catalog.executor(made, await catalog.resolve(made), logger)
+  const listed = await execute({ id: 'call_1', name: 'fs_list', input: {} } as never, new AbortController().signal, async () => undefined)
+  t.same(listed, { ok: true, result: { path: '.', entries: [], truncated: false } }, "the session's first run works in it")
+
+  const bare = { id: 'ses_bare', tools: [], limits: {} } as unknown as SessionRecord
+  catalog.prepareWorkspace(bare)
+  await turn()
+  t.notOk(existsSync(path.join(dir, bare.id)), 'a session without server tools gets no folder')
+
+  // Removed before the folder's creation has even started: the removal waits for it, then
+  // removes it. Without that wait the race is lost now and then: enough rounds to see it.
+  for (let i = 0; i < 100; i++) {
+    const gone = { id: `ses_gone${i}`, tools: null, limits: {} } as unknown as SessionRecord
+    catalog.prepareWorkspace(gone)
+    await catalog.removeWorkspace(gone.id)
+    await new Promise((resolve) => setTimeout(resolve, 2))
+    if (existsSync(path.join(dir, gone.id))) t.fail(`session ${i}, removed at once, left its folder behind`)
+  }
+  t.pass('every session removed at once left no folder behind')
+})
