@@ -16,7 +16,7 @@ import { Session } from 'node:inspector/promises'
 import { PerformanceObserver, constants, createHistogram } from 'node:perf_hooks'
 import { DatabaseSync, StatementSync } from 'node:sqlite'
 import type { EventBus } from '../src/events/event-bus.ts'
-import { preciseNow } from './stamping-model.ts'
+import { fromPerformanceNow, preciseNow } from './stamping-model.ts'
 
 /** Pauses at least this long are listed one by one. */
 export const PAUSE_MS = 5
@@ -194,7 +194,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       add(gc, entry.duration)
       if (entry.duration >= PAUSE_MS) {
         const kind = gcKind((entry as unknown as { detail: { kind: number } }).detail.kind)
-        pauses.push({ endedAt: performance.timeOrigin + entry.startTime + entry.duration, ms: entry.duration, kind })
+        pauses.push({ endedAt: fromPerformanceNow(entry.startTime + entry.duration), ms: entry.duration, kind })
       }
     }
   }).observe({ entryTypes: ['gc'] })
@@ -214,9 +214,9 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       add(stalls, late)
       stalls.cpuMs += cpuMs
       stalls.queuedMs += queuedMs
-      pauses.push({ endedAt: performance.timeOrigin + tick, ms: late, kind: 'stall', cpuMs, queuedMs })
+      pauses.push({ endedAt: fromPerformanceNow(tick), ms: late, kind: 'stall', cpuMs, queuedMs })
     }
-    cpuClock.at.push(performance.timeOrigin + tick)
+    cpuClock.at.push(fromPerformanceNow(tick))
     cpuClock.cpuMs.push(times.cpuMs)
     lastTick = tick
     last = times
@@ -240,7 +240,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
     } finally {
       const ms = performance.now() - started
       add(checkpoints, ms)
-      pauses.push({ endedAt: performance.timeOrigin + started + ms, ms, kind: 'checkpoint' })
+      pauses.push({ endedAt: fromPerformanceNow(started + ms), ms, kind: 'checkpoint' })
     }
   }
   const run = StatementSync.prototype.run as (this: StatementSync, ...params: unknown[]) => ReturnType<StatementSync['run']>
@@ -274,12 +274,12 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       add(checkpoints, lastCommit.ms)
       pauses.push({ endedAt: lastCommit.endedAt, ms: lastCommit.ms, kind: 'checkpoint' })
     }
-    lastCommit = { endedAt: performance.timeOrigin + ended, ms: ended - started }
+    lastCommit = { endedAt: fromPerformanceNow(ended), ms: ended - started }
     if (batchStart >= 0) {
       const ms = ended - batchStart
       add(groupCommits, ms)
       groupCommits.statements += batchStatements
-      if (ms >= PAUSE_MS) pauses.push({ endedAt: performance.timeOrigin + ended, ms, kind: 'group commit', statements: batchStatements })
+      if (ms >= PAUSE_MS) pauses.push({ endedAt: fromPerformanceNow(ended), ms, kind: 'group commit', statements: batchStatements })
       batchStart = -1
     }
     return result

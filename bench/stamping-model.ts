@@ -2,8 +2,18 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net'
 import { setTimeout as delay } from 'node:timers/promises'
 
-/** This process's clock in ms since the epoch, with sub-millisecond precision (the bench client reads the same one). */
-export const preciseNow = (): number => performance.timeOrigin + performance.now()
+/**
+ * The machine's monotonic clock (CLOCK_MONOTONIC) in ms, with sub-millisecond precision: one clock
+ * for every process, so a time stamped by the model, agentd or the client compares with any other.
+ * `performance.timeOrigin + performance.now()` did not: each process reads timeOrigin from the
+ * wall clock once, when it starts, and a model started two minutes after the bench client
+ * disagreed with it by 2.4 ms once the machine's wall clock had been slewed meanwhile.
+ */
+export const preciseNow = (): number => Number(process.hrtime.bigint()) / 1e6
+
+/** preciseNow() at the moment performance.now() read `ms` (perf_hooks entries and timers are on that clock, from this process's start). */
+const performanceOrigin = preciseNow() - performance.now()
+export const fromPerformanceNow = (ms: number): number => performanceOrigin + ms
 
 export interface StampingModelOptions {
   /** Text chunks per answer. */
