@@ -496,13 +496,16 @@ export class SqliteStore implements Store {
 
   async close(): Promise<void> {
     if (this.#closed) return
+    // The thread's connection goes first: the last connection to close checkpoints the WAL and
+    // removes it. Told before the final flush, so that a flush crossing BUSY_CHECKPOINT_COMMITS
+    // does not start a thread only to end it.
+    const threadClosed = this.#checkpointer?.close()
     this.#flush()
     if (this.#idleCheckpoint) clearTimeout(this.#idleCheckpoint)
     this.#closed = true
     this.#statements.clear()
     this.#hotStatements = null
-    // The thread's connection goes first: the last connection to close checkpoints the WAL and removes it.
-    await this.#checkpointer?.close()
+    await threadClosed
     this.#db.close()
     this.#owner?.close()
   }
