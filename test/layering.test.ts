@@ -50,7 +50,9 @@ t.test('one process on SQLite without Redis never loads pg or ioredis', async (t
   // They cost ~6 MB of heap and 0.1-0.2 s of start-up, and are loaded only for PostgreSQL or Redis.
   const loader = path.resolve(import.meta.dirname, 'fixtures/loader/report-loads.mjs')
   const dir = mkdtempSync(path.join(tmpdir(), 'agentd-loads-'))
-  const server = await startServer({ AGENTD_DB: path.join(dir, 'agentd.db'), NODE_OPTIONS: `--import=${loader}` })
+  const server = await startServer({
+    AGENTD_DB: path.join(dir, 'agentd.db'), AGENTD_WORKSPACES: path.join(dir, 'workspaces'), NODE_OPTIONS: `--import=${loader}`
+  })
   t.teardown(() => {
     server.child.kill('SIGKILL')
     rmSync(dir, { recursive: true, force: true })

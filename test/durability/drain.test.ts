@@ -58,7 +58,8 @@ t.test('a second signal exits at once', async (t) => {
   t.teardown(() => devModel.close())
   const dir = tempDir(t)
   const server = await startServer({
-    AGENTD_DB: join(dir, 'agentd.db'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x', AGENTD_SHUTDOWN_GRACE_MS: '30000'
+    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
+    AGENTD_SHUTDOWN_GRACE_MS: '30000'
   })
   t.teardown(() => server.child.kill('SIGKILL'))
   const session = (await (await fetch(`${server.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"tools":[]}' })).json()) as { id: string }
