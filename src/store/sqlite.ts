@@ -74,6 +74,11 @@ export class StoreLockedError extends Error {
   }
 }
 
+/** What to throw for an error of opening `path`: StoreLockedError when SQLite found it locked (or busy), else the error itself. */
+function lockedOr(err: unknown, path: string): unknown {
+  return /locked|busy/i.test((err as Error).message) ? new StoreLockedError(path) : err
+}
+
 /**
  * Takes this process's claim on a database file: an exclusive lock on `<file>-lock`, a database
  * of one row (who holds it, since when) that the returned connection keeps locked until it is
@@ -90,8 +95,7 @@ function lockOwner(path: string): DatabaseSync {
       DELETE FROM owner; INSERT INTO owner VALUES (${process.pid}, '${new Date().toISOString()}'); COMMIT;`)
   } catch (err) {
     owner.close()
-    if (/locked|busy/i.test((err as Error).message)) throw new StoreLockedError(path)
-    throw err
+    throw lockedOr(err, path)
   }
   return owner
 }
@@ -249,8 +253,7 @@ export class SqliteStore implements Store {
       this.#db.close()
       this.#owner?.close()
       // A file held by an agentd from before the lock file (its connection kept SQLite's own exclusive lock).
-      if (/locked|busy/i.test((err as Error).message)) throw new StoreLockedError(path)
-      throw err
+      throw lockedOr(err, path)
     }
     if (this.#walFile) {
       const report = options.onCheckpointFailure

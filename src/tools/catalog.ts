@@ -165,8 +165,8 @@ export class ToolCatalog {
       await new Promise<void>((resolve) => setImmediate(resolve))
       return hasServerTool(await this.resolve(session)) ? ensureWorkspace(this.#config.workspaces, session.id) : null
     })()
+    // #track handles its failure too: the first run then makes the folder itself.
     this.#track(session.id, making)
-    making.catch(() => undefined)
     this.#prepared.set(session.id, making)
   }
 
