@@ -4,10 +4,16 @@ import { backup, DatabaseSync } from 'node:sqlite'
 import { setTimeout } from 'node:timers/promises'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
+import type { NewEvent } from '../../src/store/store.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
 import { storeContract, testSession } from './contract.ts'
 import { sqliteFileAtVersion } from './old-sqlite-file.ts'
 import { rowsInFileCopy } from './file-copy.ts'
+
+/** A monitor event of the session, ready for `commit`. */
+function monitorEvent(sessionId: string, type = 'tick', data: Record<string, unknown> = {}): NewEvent {
+  return { sessionId, runId: null, channel: 'monitor', type, at: new Date().toISOString(), requestId: null, data }
+}
 
 async function openSqlite(t: TapTest, path: string): Promise<SqliteStore> {
   const store = new SqliteStore(path)
@@ -107,7 +113,7 @@ t.test("a session's newest seq comes from its events: after a restart, and in a 
     ('ses_old', 2, 'monitor', 'x', 'then', '{}')`)
   old.close()
 
-  const event = { sessionId: 'ses_old', runId: null, channel: 'monitor' as const, type: 'y', at: new Date().toISOString(), requestId: null, data: {} }
+  const event = monitorEvent('ses_old', 'y')
   const first = await openSqlite(t, path)
   t.same((await first.listSessions('t', { limit: 10 })).map((s) => [s.id, s.lastSeq]), [['ses_old', 2], ['ses_empty', 0]])
   t.same((await first.commit([{ type: 'event', event }])).map((e) => e.seq), [3], 'the next event follows the newest one stored')
@@ -124,7 +130,7 @@ t.test('once the store goes idle, the database file alone holds every commit (th
   const path = join(dir, 'agentd.db')
   const store = await openSqlite(t, path)
   await store.createSession(testSession('ses_idle'))
-  const event = { sessionId: 'ses_idle', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: { n: 0 } }
+  const event = monitorEvent('ses_idle', 'tick', { n: 0 })
   // A busy store: one group commit after another, as a stream of runs makes them.
   for (let n = 1; n <= 40; n++) await store.commit([{ type: 'event', event: { ...event, data: { n } } }])
 
@@ -147,7 +153,7 @@ t.test('a checkpoint thread that cannot open the file is reported once, and the 
   await store.createSession(testSession('ses_moved'))
   // The folder is moved under the open store: its connection keeps the file, a new one cannot find it.
   renameSync(join(dir, 'a'), join(dir, 'b'))
-  const event = { sessionId: 'ses_moved', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
+  const event = monitorEvent('ses_moved')
   const eventsInFile = (): number => rowsInFileCopy(join(dir, 'b', 'agentd.db'), join(dir, 'copy.db'), 'events')
   const quiet = async (): Promise<void> => {
     await setTimeout(20)
@@ -174,7 +180,7 @@ t.test('under writes without a quiet moment, the WAL is still checkpointed every
   t.teardown(() => store.close())
   await store.migrate()
   await store.createSession(testSession('ses_busy'))
-  const event = { sessionId: 'ses_busy', runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
+  const event = monitorEvent('ses_busy')
   const eventsInFile = (): number => rowsInFileCopy(path, join(dir, 'copy.db'), 'events')
   // The migrations and the session are commits too: 150 more stay under 200.
   for (let n = 1; n <= 150; n++) await store.commit([{ type: 'event', event }])
