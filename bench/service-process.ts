@@ -1,7 +1,7 @@
 /**
  * Child process entry: agentd itself, built with buildApp on a SQLite file in the given folder
  * (real persistence), on SQLite `:memory:` with BENCH_SERVICE_SQLITE=memory, or, from
- * bench/cluster.ts, on PostgreSQL; logging off, on 127.0.0.1 and a free port.
+ * bench/cluster.ts, on PostgreSQL; logging off (unless BENCH_LOG_LEVEL), on 127.0.0.1 and a free port.
  * `node bench/service-process.ts <model base URL> <data folder>`; the bench removes the folder.
  *
  * For the latency bench, and for trying a change to the store without making it:
@@ -10,10 +10,14 @@
  *   last one), 'profile' then 'profiled' (one phase of the bench profiled, CPU or heap);
  * - BENCH_SQLITE_PRAGMAS="wal_autocheckpoint=10000; …": pragmas run right after the store's own;
  * - BENCH_SERVICE_STORE=<module>: a variant of the SQLite store (a module exporting SqliteStore,
- *   constructed with the file's path), opened as src/store/index.ts opens the store.
+ *   constructed with the file's path), opened as src/store/index.ts opens the store;
+ * - BENCH_LOG_LEVEL=info (or any pino level): agentd logs as a deployment does, one JSON line per
+ *   event written synchronously as pino writes to stdout, here to agentd.log in the data folder
+ *   (so that the bench's own output stays readable): what logging costs a deployment.
  */
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
+import pino from 'pino'
 import { buildApp } from '../src/app.ts'
 import { loadConfig } from '../src/config.ts'
 import { createOpenAIProvider } from '../src/model/provider.ts'
@@ -36,13 +40,14 @@ if (pragmas) {
   }
 }
 let profiler: Awaited<ReturnType<typeof startProfile>> | null = null
+const logLevel = process.env['BENCH_LOG_LEVEL']
 
 const config = loadConfig({
   AGENTD_DB: memory ? ':memory:' : join(dir, 'agentd.db'),
   AGENTD_WORKSPACES: join(dir, 'workspaces'),
   OPENAI_BASE_URL: modelUrl,
   OPENAI_API_KEY: 'bench',
-  LOG_LEVEL: 'silent',
+  LOG_LEVEL: logLevel ?? 'silent',
   // The bench is one client that, on purpose, sends thousands of requests a minute and holds
   // 100 streams (10 000 idle ones in idle-streams.ts) open.
   AGENTD_RATE_LIMIT_MAX: '0',
@@ -59,7 +64,8 @@ const store = variant
   ? new ((await import(variant)) as { SqliteStore: new (path: string) => Store & { migrate(): Promise<void> } }).SqliteStore(config.db)
   : undefined
 await store?.migrate()
-const app = await buildApp({ config, model, ...(store ? { store } : {}) })
+const logger = logLevel ? { logger: { level: logLevel, stream: pino.destination({ dest: join(dir, 'agentd.log'), sync: true }) } } : {}
+const app = await buildApp({ config, model, ...logger, ...(store ? { store } : {}) })
 watch?.watchPublished(app.agentd.bus)
 await app.listen({ host: '127.0.0.1', port: 0 })
 const address = app.server.address()
