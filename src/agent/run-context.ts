@@ -76,6 +76,8 @@ export class RunContext {
   #inFlight: Promise<unknown> | null = null
   /** Events emitted without waiting in this tick, committed together at its end (or before the next commit). */
   #soon: StoreWrite[] | null = null
+  /** Writes kept back to open the run's next unit of work (commitWithNext). */
+  #held: StoreWrite[] | null = null
   /**
    * While the run's admission is being committed (it was claimed before: ClaimedRun.stored),
    * whether that commit succeeded: the run's units are handed over only after it, in order, and
@@ -124,6 +126,11 @@ export class RunContext {
 
   /** Hands a unit to the event log, once the run is accepted (#gate); throws RunNotAccepted if it never is. */
   #toLog(writes: StoreWrite[]): Promise<EventRecord[]> {
+    const held = this.#held
+    if (held !== null) {
+      this.#held = null
+      writes = [...held, ...writes]
+    }
     const gate = this.#gate
     if (!gate) return this.deps.events.commit(this.session.id, writes)
     return gate.then((accepted) => {
@@ -143,7 +150,8 @@ export class RunContext {
    * Hands a unit of work to the event log without waiting for its commit: the run goes on (a model
    * call goes out) while the store works. It is committed and published in order all the same, and
    * a failure surfaces at the next awaited commit. Only for units that nothing irreversible waits
-   * for: before a tool runs, its start is committed with `commit`.
+   * for: before a tool runs, its start is committed with `commit` (or, for a tool that only reads,
+   * kept for its answer's unit: commitWithNext).
    */
   commitSoon(writes: StoreWrite[]): void {
     this.#commitSoon()
@@ -154,9 +162,22 @@ export class RunContext {
     })
   }
 
-  /** Resolves once every commitSoon unit has been committed (or has failed): the run's own writes can then be read back. */
+  /**
+   * Keeps writes back to open the run's next unit of work, committed with it as one: a read-only
+   * tool's start goes with its answer, so the tool runs at once and the step takes no commit of
+   * its own, while no answer is ever stored without the call that asked for it. Nothing of them
+   * is stored or published before that unit; every way a unit is made (commit, commitSoon, emitSoon,
+   * settle) takes them first. An earlier unit's known failure is thrown now, as commit would.
+   */
+  commitWithNext(writes: StoreWrite[]): void {
+    this.#throwUnsent()
+    this.#held = this.#held === null ? writes : [...this.#held, ...writes]
+  }
+
+  /** Resolves once every unit handed over or kept back has been committed (or has failed): the run's own writes can then be read back. */
   async settle(): Promise<void> {
     this.#commitSoon()
+    if (this.#held !== null) this.commitSoon([])
     await this.#inFlight
   }
 

@@ -145,12 +145,18 @@ export class RunExecution {
         history.push(assistant)
         return { reason: 'completed', answer: [...result, ctx.event('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })] }
       }
-      await ctx.commit(result)
+      // A tool that only reads runs at once, its start committed with its answer; any other runs
+      // once its start is stored (Decisions, "What a run waits for").
+      if (first?.readOnly) ctx.commitWithNext(result)
+      else await ctx.commit(result)
       history.push(assistant)
 
       for (const call of toolCalls) {
         const start = first?.call === call ? first : startToolCall(ctx, this.#hooks, step, call)
-        if (start !== first) await ctx.commit(start.writes)
+        if (start !== first) {
+          if (start.readOnly) ctx.commitWithNext(start.writes)
+          else await ctx.commit(start.writes)
+        }
         history.push(await runToolCall(ctx, this.#hooks, start))
       }
       ctx.emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })

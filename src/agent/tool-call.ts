@@ -38,12 +38,19 @@ export interface ToolCallStart {
    * commit of its own.
    */
   direct: boolean
+  /**
+   * Direct, and the tool only reads (Tool.readOnly): the caller may keep `writes` for the call's
+   * answer (RunContext.commitWithNext) and run it at once. A crash before they commit leaves
+   * nothing behind, neither the call nor the step that asked for it.
+   */
+  readOnly: boolean
   writes: StoreWrite[]
 }
 
 /**
  * Prepares one tool call: its pending record and `tool:start`. The caller commits `writes` (the
- * loop puts the first call's in the step's own unit of work), then runs the call with runToolCall.
+ * loop puts the first call's in the step's own unit of work), then runs the call with runToolCall;
+ * a read-only call's may wait for its answer's unit instead (`readOnly`).
  */
 export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall): ToolCallStart {
   const startedAt = Date.now()
@@ -54,13 +61,15 @@ export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: numbe
     endedAt: null, durationMs: null
   }
   const writes = [saveCall(record), ctx.event('progress', 'tool:start', { call: snapshot(record) })]
-  const direct = parsed.ok && hooks.tools.get(call.name)?.kind === 'server' &&
+  const tool = hooks.tools.get(call.name)
+  const direct = parsed.ok && tool?.kind === 'server' &&
     !ctx.deps.hooks?.screens(call.name) && !approvalNeeded(ctx, call.name, false)
   if (direct) {
     record.state = 'executing'
     writes.push(saveCall(record))
   }
-  return { call, record, parsed, startedAt, direct, writes }
+  const readOnly = direct && tool?.kind === 'server' && tool.tool.readOnly === true
+  return { call, record, parsed, startedAt, direct, readOnly, writes }
 }
 
 /**

@@ -25,6 +25,13 @@ export interface Tool<S extends TSchema = TSchema> {
   parameters: S
   execute(input: Static<S>, ctx: ToolContext): Promise<unknown>
   /**
+   * The tool only reads (the workspace): running it changes nothing a crash could leave half
+   * done, so a run may start it while its `tool:start` is still being committed instead of after
+   * (Decisions, "What a run waits for"). Leave it unset for anything that writes, runs commands
+   * or calls out: such a tool runs only once its start is stored.
+   */
+  readOnly?: boolean
+  /**
    * The tool's advice to the model on its own failures (by code and `reason`), including those the
    * runtime reports for it (TIMEOUT); undefined for a failure leaves it to the code's general advice.
    */

@@ -10,7 +10,8 @@ import { emptyUsage } from '../../src/schemas/common.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { EventRecord, SessionRecord } from '../../src/store/store.ts'
 import { NO_TRACING } from '../../src/telemetry/tracing.ts'
-import type { SessionToolSet } from '../../src/tools/tool-set.ts'
+import type { ExecuteTool, SessionToolSet } from '../../src/tools/tool-set.ts'
+import type { Tool } from '../../src/tools/types.ts'
 import type { TapTest } from '../helpers/app.ts'
 
 /**
@@ -50,7 +51,13 @@ const echoTools: SessionToolSet = {
   get: (name) => (name === 'echo' ? { kind: 'server', name, tool: { name, description: 'echo', parameters: {} as never, execute: async () => ({}) } } as never : undefined)
 }
 
-async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord> = {}) {
+/** The tools a harness offers and how it runs them; by default `echo`, answering with its input. */
+interface HarnessTools {
+  tools: SessionToolSet
+  execute: ExecuteTool
+}
+
+async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord> = {}, tools?: HarnessTools) {
   const store = new SqliteStore(':memory:')
   await store.migrate()
   const bus = new LocalEventBus()
@@ -60,8 +67,8 @@ async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord
   const runs = new RunManager({
     store, events, coordinator, model, logger: pino({ level: 'silent' }),
     retryPolicy: { baseMs: 1, capMs: 2, maxRetries: 2, maxWaitMs: 60_000 }, maxSteps: 5, maxActiveRunsPerTenant: 10, contextTokens: 100_000, tracing: NO_TRACING,
-    resolveTools: async () => echoTools,
-    toolExecutor: async () => async (call) => ({ ok: true, result: { echoed: call.input } })
+    resolveTools: async () => tools?.tools ?? echoTools,
+    toolExecutor: async () => tools?.execute ?? (async (call) => ({ ok: true, result: { echoed: call.input } }))
   })
   t.teardown(async () => {
     await runs.drain(0)
@@ -169,4 +176,72 @@ t.test('after a restart, a run left running is failed with its calls sealed and 
   t.match(recovered, [{ runId: 'run_A', previousStatus: 'running', sealedCalls: ['call_open'] }, { runId: 'run_B', previousStatus: 'queued' }])
   const messages = await h.store.listMessages(h.session.id)
   t.ok(messages.some((m) => m.role === 'tool' && m.toolCallId === 'call_open'), 'the open call has its sealed answer')
+})
+
+/** `peek` only reads (Tool.readOnly); `poke` may write. Both are run by `execute`. */
+function peekAndPoke(execute: ExecuteTool): HarnessTools {
+  const tool = (name: string, readOnly: boolean): Tool => ({ name, description: name, parameters: {} as never, execute: async () => ({}), ...(readOnly ? { readOnly } : {}) })
+  const byName = new Map([['peek', tool('peek', true)], ['poke', tool('poke', false)]])
+  return {
+    tools: {
+      names: [...byName.keys()],
+      definitions: [...byName.keys()].map((name) => ({ type: 'function' as const, function: { name, parameters: { type: 'object' } } })),
+      get: (name) => {
+        const found = byName.get(name)
+        return found ? { kind: 'server', name, tool: found } : undefined
+      }
+    },
+    execute
+  }
+}
+
+const callTools = (...names: string[]): ModelStreamPart[] => [
+  ...names.map((name, i): ModelStreamPart => ({ type: 'tool_call', id: `c${i}`, name, arguments: '{}' })),
+  { type: 'finish', finishReason: 'tool_calls', usage: null }
+]
+
+t.test('a read-only tool runs before its start is stored, and its start commits with its answer; a tool that may write runs once its start is stored', async (t) => {
+  const storedWhenRun = new Map<string, string | null>()
+  let store: SqliteStore | undefined
+  const h = await harness(t, [callTools('peek', 'poke'), text('done')], {}, peekAndPoke(async (call) => {
+    const stored = await store?.getToolCall(call.sessionId, call.id)
+    storedWhenRun.set(call.name, stored?.state ?? null)
+    return { ok: true, result: { ran: call.name } }
+  }))
+  store = h.store
+  const { run } = await h.send('go')
+  t.match(await h.runs.waitFor(h.session.id, run.id), { status: 'completed', steps: 2 })
+  t.same(Object.fromEntries(storedWhenRun), { peek: null, poke: 'executing' }, 'what the store held of each call while it ran')
+  t.same(h.seen.map((e) => e.seq), h.seen.map((_, i) => i + 1), 'published gap-free, in order')
+  t.same(h.seen.map((e) => e.type), [
+    'state_changed', 'token_usage', 'tool:start', 'tool_executed', 'tool:end', 'tool:start', 'tool_executed', 'tool:end', 'step_complete',
+    'text_chunk_start', 'text_chunk', 'text_chunk_end', 'token_usage', 'step_complete', 'state_changed', 'done'
+  ])
+  const messages = await h.store.listMessages(h.session.id)
+  t.same(messages.map((m) => m.role), ['user', 'assistant', 'tool', 'tool', 'assistant'], 'every answer after the call that asked for it')
+  const calls = await Promise.all(messages[1]?.toolCalls?.map((c) => h.store.getToolCall(h.session.id, c.id)) ?? [])
+  t.match(calls, [{ name: 'peek', state: 'completed', result: { ran: 'peek' } }, { name: 'poke', state: 'completed', result: { ran: 'poke' } }])
+})
+
+t.test('a read-only tool interrupted while it runs: its call is stored with its start and its sealed answer', async (t) => {
+  let running: (callId: string) => void = () => undefined
+  const started = new Promise<string>((resolve) => { running = resolve })
+  const h = await harness(t, [callTools('peek')], {}, peekAndPoke((call, signal) => {
+    running(call.id)
+    return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))
+  }))
+  const { run } = await h.send('go')
+  const runningId = await started
+  t.equal(await h.store.getToolCall(h.session.id, runningId), null, 'nothing of the call is stored while it runs')
+  t.notOk((await h.store.listMessages(h.session.id)).some((m) => m.role === 'assistant'), 'nor the step that asked for it')
+  await h.runs.interrupt(h.session.id)
+  t.match(await h.runs.waitFor(h.session.id, run.id), { status: 'cancelled' })
+  const messages = await h.store.listMessages(h.session.id)
+  t.same(messages.map((m) => m.role), ['user', 'assistant', 'tool'])
+  const callId = messages[1]?.toolCalls?.[0]?.id ?? ''
+  t.equal(callId, runningId)
+  t.match(messages[2], { toolCallId: callId }, 'the call has its sealed answer')
+  t.match(await h.store.getToolCall(h.session.id, callId), { name: 'peek', state: 'sealed', error: { errorType: 'aborted' } })
+  const types = h.seen.map((e) => e.type)
+  t.ok(types.indexOf('tool:start') < types.indexOf('tool:end') && types.indexOf('tool:end') < types.indexOf('done'), `start, end, then done: ${types.join(' ')}`)
 })

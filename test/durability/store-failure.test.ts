@@ -78,16 +78,36 @@ t.test('a unit committed while the run goes on fails the run before anything lat
 
   t.test("a tool's answer", async (t) => {
     const { app, devModel } = await buildTestApp(t)
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['fs_write'] } })).json()
+    failOnce(app, 'tool')
+    devModel.script({ toolCalls: [{ name: 'fs_write', arguments: { path: 'a.txt', content: 'x' } }] as never }, { text: 'an answer built on a result that was never stored' })
+    const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'x' } })).json()
+    t.equal(res.run.status, 'failed')
+    t.same(await roles(app, session.id), ['user', 'assistant', 'tool'], 'the call is answered (sealed), the later answer is not stored')
+    const calls = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data
+    t.match(calls, [{ name: 'fs_write', state: 'sealed' }])
+    const events = await lastEvents(app, session.id)
+    t.equal(events.filter((e) => e.type === 'token_usage').length, 1, "the second model call's step is not stored")
+    t.match(events.at(-1), { type: 'done', data: { reason: 'failed' } })
+  })
+
+  // A read-only tool's start is committed with its answer, as one unit: that unit fails whole.
+  t.test("a read-only tool's start and answer", async (t) => {
+    const { app, devModel } = await buildTestApp(t)
     const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['fs_list'] } })).json()
     failOnce(app, 'tool')
     devModel.script({ toolCalls: [{ name: 'fs_list', arguments: {} }] as never }, { text: 'an answer built on a result that was never stored' })
     const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'x' } })).json()
     t.equal(res.run.status, 'failed')
-    t.same(await roles(app, session.id), ['user', 'assistant', 'tool'], 'the call is answered (sealed), the later answer is not stored')
-    const calls = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data
-    t.match(calls, [{ name: 'fs_list', state: 'sealed' }])
+    t.same(await roles(app, session.id), ['user'], 'neither the call nor its answer is stored, nor anything after them')
+    t.same((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data, [])
     const events = await lastEvents(app, session.id)
-    t.equal(events.filter((e) => e.type === 'token_usage').length, 1, "the second model call's step is not stored")
+    t.notOk(events.some((e) => e.type === 'token_usage' || e.type.startsWith('tool')), 'no event of the step either')
     t.match(events.at(-1), { type: 'done', data: { reason: 'failed' } })
+
+    devModel.script({ toolCalls: [{ name: 'fs_list', arguments: {} }] as never }, { text: 'listed' })
+    const next = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'y' } })).json()
+    t.equal(next.run.status, 'completed', 'the session works once the store does')
+    t.same(await roles(app, session.id), ['user', 'user', 'assistant', 'tool', 'assistant'])
   })
 })

@@ -23,6 +23,7 @@ const MAX_EXPANSIONS = 256
 export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Parameters> {
   return {
     name: 'fs_glob',
+    readOnly: true,
     description:
       'Find workspace files and folders whose path matches a glob pattern ("**" spans folders). ' +
       `Paths are relative to the workspace root; at most ${opts.maxResults} are returned, sorted. ` +

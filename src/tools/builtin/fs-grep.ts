@@ -29,6 +29,7 @@ export interface FsGrepOptions {
 export function createFsGrepTool(opts: FsGrepOptions): Tool<typeof Parameters> {
   return {
     name: 'fs_grep',
+    readOnly: true,
     description:
       'Search workspace files for lines matching a regular expression. Returns {path, line, text} per match ' +
       '(at most maxMatches, default 200). Skips binary files, files over ' +

@@ -63,6 +63,7 @@ const notEntered = new Set(['.git', 'node_modules'])
 export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Parameters> {
   return {
     name: 'fs_list',
+    readOnly: true,
     description:
       `List a workspace folder (default the root). With recursive, sub-folders are listed too (not .git or node_modules), ` +
       `up to ${opts.maxEntries} entries. Symbolic links are shown, not followed.`,

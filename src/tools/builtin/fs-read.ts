@@ -22,6 +22,7 @@ const sniffBytes = 8192
 export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parameters> {
   return {
     name: 'fs_read',
+    readOnly: true,
     description:
       'Read a text file of the workspace. Returns its lines from `offset` (1-based) for `limit` lines (default 2000), ' +
       `at most ${opts.maxBytes} bytes; \`hasMore\` says whether lines follow, to read on with a larger offset.`,
