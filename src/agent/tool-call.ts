@@ -39,9 +39,9 @@ export interface ToolCallStart {
    */
   direct: boolean
   /**
-   * Direct, and the tool only reads (Tool.readOnly): the caller may keep `writes` for the call's
-   * answer (RunContext.commitWithNext) and run it at once. A crash before they commit leaves
-   * nothing behind, neither the call nor the step that asked for it.
+   * Direct, the tool only reads (Tool.readOnly) and no postToolUse hook covers it: the caller may
+   * keep `writes` for the call's answer (RunContext.commitWithNext) and run it at once. A crash
+   * before they commit leaves nothing behind, neither the call nor the step that asked for it.
    */
   readOnly: boolean
   writes: StoreWrite[]
@@ -68,7 +68,8 @@ export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: numbe
     record.state = 'executing'
     writes.push(saveCall(record))
   }
-  const readOnly = direct && tool?.kind === 'server' && tool.tool.readOnly === true
+  // A call no hook hears of: a postToolUse hook is told of a call only once its start is stored.
+  const readOnly = direct && tool?.kind === 'server' && tool.tool.readOnly === true && !ctx.deps.hooks?.reviews(call.name)
   return { call, record, parsed, startedAt, direct, readOnly, writes }
 }
 

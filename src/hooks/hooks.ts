@@ -69,6 +69,11 @@ export class HookRunner {
     return this.#matching('preToolUse', toolName).length > 0
   }
 
+  /** True when some postToolUse hook covers the tool: its calls' outputs go to the hook before the model. */
+  reviews(toolName: string): boolean {
+    return this.#matching('postToolUse', toolName).length > 0
+  }
+
   #matching(on: HookEvent, toolName?: string): HookDefinition[] {
     return this.#hooks.filter((hook) => hook.on === on && (toolName === undefined || hookCovers(hook, toolName)))
   }

@@ -123,7 +123,10 @@ t.test('a hook may rewrite the input, which is checked again against the schema'
 
 t.test('postToolUse replaces what the model sees (redaction); the tool call keeps its real result', async (t) => {
   // The README's redaction hook: API keys out of whatever the model would read.
+  const storedWhenHeard: Array<Promise<unknown>> = []
   const redactor = await startHookServer(t, (body) => {
+    // What the store holds of the call as the hook hears of it (the read is made at once).
+    storedWhenHeard.push(ctx.app.agentd.store.getToolCall(body.sessionId, body.call.id))
     const text = JSON.stringify(body.output)
     const clean = text.replace(/sk-[A-Za-z0-9]+/g, '[redacted]')
     return { json: clean === text ? {} : { output: JSON.parse(clean) } }
@@ -140,6 +143,7 @@ t.test('postToolUse replaces what the model sees (redaction); the tool call keep
   t.notMatch(sent, /sk-abc123secret/, 'the secret never reaches the model')
   t.match(sent, /OPENAI_API_KEY=\[redacted\]/)
   t.match(redactor.received[0]?.body, { event: 'postToolUse', call: { name: 'fs_read', state: 'completed' } })
+  t.match(await storedWhenHeard[0], { name: 'fs_read', state: 'executing' }, 'a hook hears of a call (read-only or not) whose start is stored')
   t.equal(redactor.received[0]?.headers['x-agentd-signature'], expectedSignature(SECRET, redactor.received[0]?.raw ?? ''))
   t.match(ofType(events, 'hook_decided')[0]?.data, { hook: 'redact', decision: 'replace' })
   const messages = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
