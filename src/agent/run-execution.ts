@@ -7,7 +7,7 @@ import { callModel } from './model-turn.ts'
 import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
-import { runToolCall, startToolCall, type ToolCallHooks } from './tool-call.ts'
+import { commitStart, runToolCall, startToolCall, type ToolCallHooks } from './tool-call.ts'
 import { takeTurn } from './turn-share.ts'
 
 export type { RunDependencies } from './run-context.ts'
@@ -145,18 +145,13 @@ export class RunExecution {
         history.push(assistant)
         return { reason: 'completed', answer: [...result, ctx.event('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })] }
       }
-      // A tool that only reads runs at once, its start committed with its answer; any other runs
-      // once its start is stored (Decisions, "What a run waits for").
-      if (first?.readOnly) ctx.commitWithNext(result)
+      if (first) await commitStart(ctx, first, result)
       else await ctx.commit(result)
       history.push(assistant)
 
       for (const call of toolCalls) {
         const start = first?.call === call ? first : startToolCall(ctx, this.#hooks, step, call)
-        if (start !== first) {
-          if (start.readOnly) ctx.commitWithNext(start.writes)
-          else await ctx.commit(start.writes)
-        }
+        if (start !== first) await commitStart(ctx, start)
         history.push(await runToolCall(ctx, this.#hooks, start))
       }
       ctx.emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })

@@ -74,6 +74,16 @@ export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: numbe
 }
 
 /**
+ * Commits a call's start (with `writes`, what goes with it: the step's own unit for its first
+ * call) before the call runs; a read-only call's is kept for its answer's unit instead, and the
+ * call runs at once (Decisions, "What a run waits for").
+ */
+export async function commitStart(ctx: RunContext, start: ToolCallStart, writes: StoreWrite[] = start.writes): Promise<void> {
+  if (start.readOnly) ctx.commitWithNext(writes)
+  else await ctx.commit(writes)
+}
+
+/**
  * Runs one tool call, whose start (startToolCall) is committed, through approval, the client or
  * the runtime, and returns the tool message that answers it. The call's final state, its events
  * and its answer commit as one unit of work, handed over without waiting (RunContext.commitSoon).
