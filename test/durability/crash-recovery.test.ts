@@ -1,3 +1,4 @@
+import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { startDevModel } from '../../src/model/dev-model.ts'
@@ -90,6 +91,24 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     t.same(recovered?.data.sealedCalls, [callId])
     const sealed = after.find((e) => e.type === 'tool:end' && e.data.call.id === callId)
     t.equal(sealed?.data.call.state, 'sealed', 'the call is sealed')
+  })
+
+  t.test('while a read-only tool runs: neither the call nor the step that asked for it is left', async (t) => {
+    const session = (await api('POST', '/v1/sessions', { tools: ['fs_grep'] })).json
+    // A pattern that backtracks for minutes on this line keeps the search (a read-only tool) busy.
+    const workspace = join(dir, 'ws', session.id)
+    mkdirSync(workspace, { recursive: true })
+    writeFileSync(join(workspace, 'slow.txt'), `${'a'.repeat(34)}b\n`)
+    const asked = devModel.requests.length
+    devModel.script({ toolCalls: [{ name: 'fs_grep', arguments: { pattern: '^(a+)+$' } }] })
+    const { run } = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'search' })).json
+    const seen = await eventsOnce(session.id, 'state_changed')
+    await until(async () => devModel.requests.length > asked, 5000, 'the model call that asks for the search')
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await crashAndRestart()
+    const { after, recovered } = await assertRecovered(t, session.id, run.id, seen, 'running')
+    t.same(recovered?.data.sealedCalls, [], 'no call to seal: none was stored')
+    t.notOk(after.some((e) => e.type.startsWith('tool') || e.type === 'token_usage'), `no event of the step: ${after.map((e) => e.type).join(' ')}`)
   })
 
   t.test('while an approval waits', async (t) => {
