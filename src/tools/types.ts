@@ -26,7 +26,7 @@ export interface Tool<S extends TSchema = TSchema> {
   execute(input: Static<S>, ctx: ToolContext): Promise<unknown>
   /**
    * The tool only reads (the workspace): running it changes nothing a crash could leave half
-   * done, so a run may start it while its `tool:start` is still being committed instead of after
+   * done, so a run may start it at once and commit its `tool:start` with its answer, as one unit
    * (Decisions, "What a run waits for"). Leave it unset for anything that writes, runs commands
    * or calls out: such a tool runs only once its start is stored.
    */
