@@ -29,6 +29,8 @@ const model = createOpenAIProvider({ kind: 'dev', apiKey: 'bench', baseURL: mode
 const tools = await new ToolCatalog(loadConfig({ AGENTD_WORKSPACES: workspaces })).resolve({ tools: null } as SessionRecord)
 const MAX_STEPS = 5
 let sessions = 0
+/** Sessions created with `tools: []`. */
+const toolless = new Set<string>()
 
 const server = createServer((req, res) => {
   answer(req, res).catch(() => res.destroy())
@@ -40,6 +42,9 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
   if (req.method === 'POST' && req.url === '/v1/sessions') {
     const id = `ses_bare${++sessions}`
     mkdirSync(join(workspaces as string, id))
+    // `tools: []`, as agentd takes it: the session's model calls offer no tool (the latency bench's text-only runs).
+    const body = parts.length > 0 ? (JSON.parse(Buffer.concat(parts).toString('utf8')) as { tools?: unknown[] }) : {}
+    if (Array.isArray(body.tools) && body.tools.length === 0) toolless.add(id)
     res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ id }))
     return
   }
@@ -62,7 +67,8 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
   frame('state_changed', { from: 'queued', to: 'running' })
   for (let step = 1; step <= MAX_STEPS; step++) {
     const calls: Array<{ id: string; name: string; arguments: string }> = []
-    for await (const part of model.stream({ model: 'bench', messages, tools: tools.definitions }, { signal, requestId: 'req_bare' })) {
+    const offered = toolless.has(session) ? {} : { tools: tools.definitions }
+    for await (const part of model.stream({ model: 'bench', messages, ...offered }, { signal, requestId: 'req_bare' })) {
       if (part.type === 'text') frame('text_chunk', { step, delta: part.delta })
       else if (part.type === 'tool_call') calls.push(part)
     }

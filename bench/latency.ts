@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs'
-import { AgentdClient, callJson, cpuMeter, originOf, startServiceProcess, startStampingModelProcess } from './harness.ts'
+import type { ChildServer } from './child.ts'
+import { AgentdClient, callJson, cpuMeter, originOf, startBareAgentProcess, startServiceProcess, startStampingModelProcess } from './harness.ts'
 import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
 import { PAUSE_MS, watchService, type Pause, type ServiceSample } from './service-watch.ts'
@@ -25,7 +26,11 @@ const WARMUP_ROUNDS = 5
  * stamping model writes its send time into each chunk's text; the client, on the same machine and
  * clock, subtracts it from the time the frame's bytes arrived. Measured once agentd is warm
  * (WARMUP_ROUNDS): with one run at a time, then with CONCURRENT runs streaming at once, ROUNDS
- * times (each round creates its sessions, then posts all its messages at once).
+ * times (each round creates its sessions, then posts all its messages at once). Then the same
+ * runs through the bare agent (bench/bare-agent-process.ts: agentd's provider behind
+ * node:http, every text part written as a frame at once, nothing stored), with agentd stopped: what
+ * this machine, model and client give a Node service without agentd's machinery, beside which
+ * agentd's figures are read.
  *
  * Where the time goes, from agentd's own watch (bench/service-watch.ts): when each chunk was
  * published inside agentd (the client's own delay left out), agentd's main-thread CPU clock (the
@@ -36,87 +41,96 @@ const WARMUP_ROUNDS = 5
  */
 export async function run(): Promise<void> {
   const model = await startStampingModelProcess({ chunks: CHUNKS, intervalMs: INTERVAL_MS, toolName: 'fs_list' })
-  const service = await startServiceProcess(model.url, 'file', [], { watch: true })
+  let service: ChildServer | null = await startServiceProcess(model.url, 'file', [], { watch: true })
   const agentd = new AgentdClient(service.url, CONCURRENT + 4)
   // The bench's own pauses (its GC, its turns): a frame that arrives meanwhile is read late.
   const client = watchService(null)
+  let bare: { server: ChildServer; client: AgentdClient } | null = null
   try {
     const offset = await clockOffset(originOf(model.url))
-
-    /** One run's chunks, in order, and when its stream's first event arrived. */
-    const sample = async (sessionId: string): Promise<Chunk[] & { openedAt: number }> => {
-      const chunks = Object.assign([] as Chunk[], { openedAt: 0 })
-      const done = await agentd.streamMessage(sessionId, 'Stream me some timestamps.', (type, data, receivedAt) => {
-        chunks.openedAt ||= receivedAt
-        if (type !== 'text_chunk') return
-        const sentAt = Number((JSON.parse(data) as { data: { delta: string } }).data.delta)
-        chunks.push({ index: chunks.length, sentAt, delay: receivedAt - sentAt, whileStarting: false })
-      })
-      if (done.reason !== 'completed' || chunks.length !== CHUNKS) throw new Error(`a run ended ${done.reason} with ${chunks.length} chunks`)
-      return chunks
-    }
-    // Text only: tool steps would not change how a chunk travels.
-    const session = () => agentd.createSession({ tools: [] })
-
-    for (let i = 0; i < WARMUP; i++) await sample(await session())
-    for (let round = 0; round < WARMUP_ROUNDS; round++) {
-      const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
-      await Promise.all(sessions.map(sample))
-    }
-    await service.ask<ServiceSample>('sample')
-    client.sample()
-    const alone: Chunk[] = []
-    for (let i = 0; i < ALONE_RUNS; i++) alone.push(...(await sample(await session())))
-    const aloneService = await service.ask<ServiceSample>('sample')
-    const aloneClient = client.sample()
-    const loaded: Chunk[] = []
+    const watched = service
+    let aloneService: ServiceSample | undefined
+    let aloneClient: ServiceSample | undefined
+    let loadedService: ServiceSample | undefined
+    let loadedClient: ServiceSample | undefined
+    let loadedCpu = ''
+    let cpu: { stop(): string } | undefined
     // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the runs stream at once, and nothing else;
     // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead.
     const heapProfile = process.env['BENCH_LATENCY_HEAP_PROF']
     const profile = heapProfile ?? process.env['BENCH_LATENCY_PROF']
-    if (profile) await service.ask('profile', heapProfile ? 'heap' : 'cpu')
-    const cpu = cpuMeter({ agentd: service.pid, model: model.pid })
-    const rounds: Round[] = []
-    for (let round = 0; round < ROUNDS; round++) {
-      const startedAt = preciseNow()
-      const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
-      const sessionsAt = preciseNow()
-      const runs = await Promise.all(sessions.map(sample))
-      rounds.push({ startedAt, sessionsAt, openedAt: Math.max(...runs.map((chunks) => chunks.openedAt)), endedAt: preciseNow() })
-      // Until the last run's first chunk, runs of the round were still being started.
-      const started = Math.max(...runs.map((chunks) => (chunks[0] as Chunk).sentAt))
-      for (const chunks of runs) for (const chunk of chunks) loaded.push({ ...chunk, whileStarting: chunk.sentAt <= started })
-    }
-    const loadedCpu = cpu.stop()
-    if (profile) await service.ask('profiled', profile)
-    const loadedService = await service.ask<ServiceSample>('sample')
-    const loadedClient = client.sample()
+    const { alone, loaded, rounds } = await measure(agentd, {
+      async warmed() {
+        await watched.ask<ServiceSample>('sample')
+        client.sample()
+      },
+      async aloneDone() {
+        aloneService = await watched.ask<ServiceSample>('sample')
+        aloneClient = client.sample()
+        if (profile) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
+        cpu = cpuMeter({ agentd: watched.pid, model: model.pid })
+      },
+      async loadedDone() {
+        loadedCpu = cpu?.stop() ?? ''
+        if (profile) await watched.ask('profiled', profile)
+        loadedService = await watched.ask<ServiceSample>('sample')
+        loadedClient = client.sample()
+      }
+    })
+    if (!aloneService || !aloneClient || !loadedService || !loadedClient) throw new Error('a phase of the measure was skipped')
+    // The yardstick: the same runs through the bare agent, with agentd gone so that it has the machine as agentd had.
+    await service.close()
+    service = null
+    const bareServer = await startBareAgentProcess(model.url)
+    bare = { server: bareServer, client: new AgentdClient(bareServer.url, CONCURRENT + 4) }
+    let bareCpu = ''
+    let bareMeter: { stop(): string } | undefined
+    const bareRuns = await measure(bare.client, {
+      async warmed() {},
+      async aloneDone() {
+        bareMeter = cpuMeter({ 'bare agent': bareServer.pid, model: model.pid })
+      },
+      async loadedDone() {
+        bareCpu = bareMeter?.stop() ?? ''
+      }
+    })
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
-    console.log(`agentd warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once`)
+    console.log(`each target warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once`)
+    console.log('bare agent: agentd\'s provider behind node:http, each text part written as its frame at once: no store, no events, no framework, ' +
+      'no turns for starting runs (bench/bare-agent-process.ts); the same client, model and runs, measured after agentd, in the same run')
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
     console.log('published: from the model\'s send to agentd handing the event to its SSE streams (the client\'s own delay left out);')
     console.log('CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled to the client (other processes do not count)')
     // A chunk is known by its send time, to the µs: two that share one share the entry.
     const published = new Map<number, number>()
     for (const { sentAt, delay } of [aloneService.published, loadedService.published]) sentAt.forEach((at, i) => published.set(at, delay[i] as number))
-    const row = (label: string, chunks: Chunk[], service: ServiceSample) => {
+    const row = (label: string, chunks: Chunk[], service?: ServiceSample) => {
       const values = chunks.map((chunk) => chunk.delay)
+      const latency = [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values))]
+      if (!service) return [...latency, '-', '-', '-']
       const inAgentd = chunks.map((chunk) => published.get(chunk.sentAt) ?? Number.NaN).filter(Number.isFinite)
       const work = chunks.map(cpuInFlight(service.cpuClock))
-      return [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values)),
-        fmt(percentile(inAgentd, 50)), fmt(percentile(inAgentd, 99)), fmt(percentile(work, 99))]
+      return [...latency, fmt(percentile(inAgentd, 50)), fmt(percentile(inAgentd, 99)), fmt(percentile(work, 99))]
     }
     printTable([
       ['streams', 'chunks', 'p50 ms', 'p99 ms', 'max ms', 'published p50', 'p99', 'CPU in flight p99'],
-      row('1 at a time', alone, aloneService),
-      row(`${CONCURRENT} at once`, loaded, loadedService),
+      row('bare agent, 1 at a time', bareRuns.alone),
+      row(`bare agent, ${CONCURRENT} at once`, bareRuns.loaded),
+      row('  sent while runs were starting', bareRuns.loaded.filter((chunk) => chunk.whileStarting)),
+      row(`  sent once all ${CONCURRENT} streamed`, bareRuns.loaded.filter((chunk) => !chunk.whileStarting)),
+      row('agentd, 1 at a time', alone, aloneService),
+      row(`agentd, ${CONCURRENT} at once`, loaded, loadedService),
       row('  first chunk of a run', loaded.filter((chunk) => chunk.index === 0), loadedService),
       row(`  chunks 2..${CHUNKS}`, loaded.filter((chunk) => chunk.index > 0), loadedService),
       row('  sent while runs were starting', loaded.filter((chunk) => chunk.whileStarting), loadedService),
       row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting), loadedService)
     ])
+    const ratio = (agentdMs: number, bareMs: number) => `${fmt(agentdMs)} ms (${fmt(agentdMs / bareMs)} × the bare agent's ${fmt(bareMs)})`
+    const p = (chunks: Chunk[], q: number) => percentile(chunks.map((chunk) => chunk.delay), q)
+    console.log(`aims, ${CONCURRENT} at once: p50 <= 1 ms: ${ratio(p(loaded, 50), p(bareRuns.loaded, 50))}; p99 <= 10 ms: ${ratio(p(loaded, 99), p(bareRuns.loaded, 99))}`)
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
+    console.log(`the bare agent with ${CONCURRENT} at once: ${bareCpu}`)
     const cpuAt = cpuClockAt(loadedService.cpuClock)
     const spent = (from: keyof Round, to: keyof Round) => rounds.reduce((sum, round) => sum + cpuAt(round[to]) - cpuAt(round[from]), 0)
     const runs = CONCURRENT * rounds.length
@@ -138,14 +152,69 @@ export async function run(): Promise<void> {
     attributeTail(loaded, loadedService.pauses, loadedClient.pauses, published)
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
-    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, aloneService, loadedService }))
+    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, aloneService, loadedService, bareAgent: bareRuns }))
     if (profile && !heapProfile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
     if (heapProfile) console.log(`agentd's allocations while ${CONCURRENT} runs streamed at once: ${heapProfile} (Chrome DevTools, Memory tab)`)
   } finally {
     await agentd.close()
-    await service.close()
+    await service?.close()
+    await bare?.client.close()
+    await bare?.server.close()
     await model.close()
   }
+}
+
+/** What measure() lets the caller do between its phases: after the warm-up, after the runs one at a time, after the rounds at once. */
+interface Phases {
+  warmed(): Promise<void>
+  aloneDone(): Promise<void>
+  loadedDone(): Promise<void>
+}
+
+/**
+ * One target's chunks, as its client saw them: WARMUP runs and WARMUP_ROUNDS rounds unmeasured,
+ * then ALONE_RUNS runs one at a time, then ROUNDS rounds of CONCURRENT runs at once (each round
+ * creates its sessions, then posts all its messages at once).
+ */
+async function measure(target: AgentdClient, phases: Phases): Promise<{ alone: Chunk[]; loaded: Chunk[]; rounds: Round[] }> {
+  /** One run's chunks, in order, and when its stream's first event arrived. */
+  const sample = async (sessionId: string): Promise<Chunk[] & { openedAt: number }> => {
+    const chunks = Object.assign([] as Chunk[], { openedAt: 0 })
+    const done = await target.streamMessage(sessionId, 'Stream me some timestamps.', (type, data, receivedAt) => {
+      chunks.openedAt ||= receivedAt
+      if (type !== 'text_chunk') return
+      const sentAt = Number((JSON.parse(data) as { data: { delta: string } }).data.delta)
+      chunks.push({ index: chunks.length, sentAt, delay: receivedAt - sentAt, whileStarting: false })
+    })
+    if (done.reason !== 'completed' || chunks.length !== CHUNKS) throw new Error(`a run ended ${done.reason} with ${chunks.length} chunks`)
+    return chunks
+  }
+  // Text only: tool steps would not change how a chunk travels.
+  const session = () => target.createSession({ tools: [] })
+
+  for (let i = 0; i < WARMUP; i++) await sample(await session())
+  for (let round = 0; round < WARMUP_ROUNDS; round++) {
+    const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
+    await Promise.all(sessions.map(sample))
+  }
+  await phases.warmed()
+  const alone: Chunk[] = []
+  for (let i = 0; i < ALONE_RUNS; i++) alone.push(...(await sample(await session())))
+  await phases.aloneDone()
+  const loaded: Chunk[] = []
+  const rounds: Round[] = []
+  for (let round = 0; round < ROUNDS; round++) {
+    const startedAt = preciseNow()
+    const sessions = await Promise.all(Array.from({ length: CONCURRENT }, session))
+    const sessionsAt = preciseNow()
+    const runs = await Promise.all(sessions.map(sample))
+    rounds.push({ startedAt, sessionsAt, openedAt: Math.max(...runs.map((chunks) => chunks.openedAt)), endedAt: preciseNow() })
+    // Until the last run's first chunk, runs of the round were still being started.
+    const started = Math.max(...runs.map((chunks) => (chunks[0] as Chunk).sentAt))
+    for (const chunks of runs) for (const chunk of chunks) loaded.push({ ...chunk, whileStarting: chunk.sentAt <= started })
+  }
+  await phases.loadedDone()
+  return { alone, loaded, rounds }
 }
 
 /** The phases of a round, as times of the bench's clock: sessions created, then every run's stream open, then all done. */
