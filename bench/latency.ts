@@ -11,8 +11,12 @@ const CHUNKS = 20
 const INTERVAL_MS = 20
 const ALONE_RUNS = 50
 const CONCURRENT = 100
-/** BENCH_LATENCY_ROUNDS: more rounds of CONCURRENT runs, for a steadier tail. */
-const ROUNDS = Number(process.env['BENCH_LATENCY_ROUNDS'] ?? 3)
+/**
+ * Measured rounds of CONCURRENT runs (BENCH_LATENCY_ROUNDS to change it). Ten give the p99 20 000
+ * chunks rather than three rounds' 6 000, so one stall of the machine weighs a third as much;
+ * they add ~5 s per target to the warm-up's ~25.
+ */
+const ROUNDS = Number(process.env['BENCH_LATENCY_ROUNDS'] ?? 10)
 const WARMUP = 10
 /**
  * Unmeasured rounds of CONCURRENT runs after WARMUP: the figures are a running service's, whose
@@ -96,7 +100,8 @@ export async function run(): Promise<void> {
     })
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
-    console.log(`each target warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once`)
+    console.log(`each target warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once; ` +
+      `then measured: ${ALONE_RUNS} runs one at a time, and ${ROUNDS} rounds of ${CONCURRENT} at once`)
     console.log('bare agent: agentd\'s provider behind node:http, each text part written as its frame at once: no store, no events, no framework, ' +
       'no turns for starting runs (bench/bare-agent-process.ts); the same client, model and runs, measured after agentd, in the same run')
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
