@@ -21,6 +21,12 @@ export interface RunDependencies {
   hooks?: HookRunner | undefined
   /** The token budget of a model request when the session sets none (SPEC 12). */
   contextTokens: number
+  /**
+   * True while other runs execute in this process. A run that ends alone has its answer's text
+   * committed before its end, so that the text is not held back by the end's writes; with others
+   * running, the two share a group commit, which costs less under load (RunExecution.execute).
+   */
+  othersRunning?: () => boolean
 }
 
 export type RunPhase = 'model' | 'tool' | 'system'
@@ -201,6 +207,18 @@ export class RunContext {
     this.#soon = [this.event(channel, type, data)]
     // A tick runs after the microtasks that read the rest of the socket's chunks, before any I/O.
     process.nextTick(() => this.#commitSoon())
+  }
+
+  /**
+   * Hands the events emitted without waiting to the event log now, and resolves once they are
+   * committed (or have failed: the next awaited commit throws it): the text then goes out in a
+   * group commit of its own, not behind writes made after it.
+   */
+  async commitEmitted(): Promise<void> {
+    const writes = this.#soon
+    if (!writes) return
+    this.#soon = null
+    await this.#handOver(writes)
   }
 
   /** Hands the events emitted without waiting to the event log, ahead of any later write of the run. */

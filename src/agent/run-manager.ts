@@ -190,9 +190,11 @@ export class RunManager {
     this.#stopListening()
   }
 
+  readonly #othersRunning = (): boolean => this.#executions.size > 1
+
   #dependencies(): RunDependencies {
     const { store, events, model, logger, retryPolicy, maxSteps, hooks, contextTokens } = this.#options
-    return { store, events, model, logger, retryPolicy, maxSteps, hooks, contextTokens }
+    return { store, events, model, logger, retryPolicy, maxSteps, hooks, contextTokens, othersRunning: this.#othersRunning }
   }
 
   /** Records a run that never started as cancelled (done: interrupted). */

@@ -85,7 +85,7 @@ async function harness(t: TapTest, turns: Turn[], session: Partial<SessionRecord
   bus.subscribe(record.id, (event) => seen.push(event))
   const send = (content: string, onBusy: 'reject' | 'enqueue' | 'interrupt' = 'reject') =>
     runs.submit({ session: record, content, onBusy, requestId: 'req_test' })
-  return { store, runs, model, session: record, seen, send }
+  return { store, bus, runs, model, session: record, seen, send }
 }
 
 t.test('a tool call and its answer: the model sees the tool result, events come in seq order', async (t) => {
@@ -244,4 +244,48 @@ t.test('a read-only tool interrupted while it runs: its call is stored with its 
   t.match(await h.store.getToolCall(h.session.id, callId), { name: 'peek', state: 'sealed', error: { errorType: 'aborted' } })
   const types = h.seen.map((e) => e.type)
   t.ok(types.indexOf('tool:start') < types.indexOf('tool:end') && types.indexOf('tool:end') < types.indexOf('done'), `start, end, then done: ${types.join(' ')}`)
+})
+
+t.test('a run that ends alone sends its answer\'s text before its end is stored; with another run going, both are stored together', async (t) => {
+  // Holds a run until released when its message is 'hold'; any other gets a two-part answer, a
+  // few ms later, as a model server would: by then the run's start is committed.
+  let release: () => void = () => undefined
+  const released = new Promise<void>((resolve) => { release = resolve })
+  const model = (_signal: AbortSignal, request: ModelRequest) => (async function * () {
+    if (request.messages.at(-1)?.content === 'hold') await released
+    await new Promise((resolve) => setTimeout(resolve, 5))
+    yield { type: 'text', delta: 'hel' } as ModelStreamPart
+    yield * text('lo')
+  })()
+  const h = await harness(t, [model])
+  // What the store holds of the run at the moment its first text_chunk is published.
+  const statusAtText: Array<Promise<string | undefined>> = []
+  const watch = (sessionId: string) => {
+    const unsubscribe = h.bus.subscribe(sessionId, (event) => {
+      if (event.type !== 'text_chunk' || statusAtText.length > 0) return
+      // The store reads at once: the promise carries what was committed at publication.
+      statusAtText.push(h.store.getRun(sessionId, event.runId ?? '').then((run) => run?.status))
+    })
+    t.teardown(unsubscribe)
+  }
+
+  watch(h.session.id)
+  const alone = await h.send('go')
+  t.match(await h.runs.waitFor(h.session.id, alone.run.id), { status: 'completed' })
+  t.equal(await statusAtText[0], 'running', 'alone: the text went out in a commit of its own, before the run\'s end')
+  t.same(h.seen.filter((e) => e.runId === alone.run.id).map((e) => e.type), [
+    'state_changed', 'text_chunk_start', 'text_chunk', 'text_chunk', 'text_chunk_end', 'token_usage', 'step_complete', 'state_changed', 'done'
+  ], 'and the events keep their order')
+
+  // Another session's run holds on while this one answers: the text and the end share a commit.
+  const other = { ...h.session, id: 'ses_OTHER' }
+  await h.store.createSession(other)
+  const held = await h.runs.submit({ session: other, content: 'hold', onBusy: 'reject', requestId: 'req_hold' })
+  statusAtText.length = 0
+  const busy = await h.send('go again')
+  t.match(await h.runs.waitFor(h.session.id, busy.run.id), { status: 'completed' })
+  t.equal(await statusAtText[0], 'completed', 'with another run going: committed with the run\'s end')
+  release()
+  t.match(await h.runs.waitFor(other.id, held.run.id), { status: 'completed' })
+  t.same(h.seen.map((e) => e.seq), h.seen.map((_, i) => i + 1), 'published gap-free, in order')
 })
