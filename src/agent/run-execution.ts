@@ -60,9 +60,9 @@ export class RunExecution {
       history.push(message)
       const { reason, answer } = await this.#loop(history)
       // Alone, the answer's text is committed (and sent) before the run's end is: the end's writes
-      // (the message, the run and session updates, four events) would otherwise delay its frames.
-      // Measured (README, Decisions): first text 0.94 of before, e2e unchanged. With other runs in
-      // the process the two share a group commit instead: split, they cost 4-11 % more CPU a run.
+      // (the message, the run and session updates, four events) would otherwise delay its frames
+      // (README, Decisions: first text 0.94-0.99 of before, e2e 1.00-1.05). With other runs in the
+      // process the two share a group commit instead: split there, they cost 4-11 % more CPU a run.
       if (!ctx.deps.othersRunning?.()) await ctx.commitEmitted()
       const failed = reason === 'max_steps'
       await closeRun(ctx, failed ? 'failed' : 'completed', reason, failed ? maxStepsError(this.#maxSteps) : null, 'system', answer)

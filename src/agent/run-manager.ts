@@ -60,6 +60,8 @@ interface Execution {
 export class RunManager {
   readonly #options: RunManagerOptions
   readonly #executions = new Map<string, Execution>()
+  /** For a run's end (RunDependencies.othersRunning): whether runs besides it execute here. */
+  readonly #othersRunning = (): boolean => this.#executions.size > 1
   /**
    * The W3C traceparent of the request that submitted each run this process accepted, until the
    * run starts: its span continues that trace after the 202. A run a peer accepted starts a trace of its own.
@@ -189,8 +191,6 @@ export class RunManager {
     }
     this.#stopListening()
   }
-
-  readonly #othersRunning = (): boolean => this.#executions.size > 1
 
   #dependencies(): RunDependencies {
     const { store, events, model, logger, retryPolicy, maxSteps, hooks, contextTokens } = this.#options
