@@ -260,16 +260,12 @@ t.test('a run that ends alone sends its answer\'s text before its end is stored;
   const h = await harness(t, [model])
   // What the store holds of the run at the moment its first text_chunk is published.
   const statusAtText: Array<Promise<string | undefined>> = []
-  const watch = (sessionId: string) => {
-    const unsubscribe = h.bus.subscribe(sessionId, (event) => {
-      if (event.type !== 'text_chunk' || statusAtText.length > 0) return
-      // The store reads at once: the promise carries what was committed at publication.
-      statusAtText.push(h.store.getRun(sessionId, event.runId ?? '').then((run) => run?.status))
-    })
-    t.teardown(unsubscribe)
-  }
+  t.teardown(h.bus.subscribe(h.session.id, (event) => {
+    if (event.type !== 'text_chunk' || statusAtText.length > 0) return
+    // The store reads at once: the promise carries what was committed at publication.
+    statusAtText.push(h.store.getRun(h.session.id, event.runId ?? '').then((run) => run?.status))
+  }))
 
-  watch(h.session.id)
   const alone = await h.send('go')
   t.match(await h.runs.waitFor(h.session.id, alone.run.id), { status: 'completed' })
   t.equal(await statusAtText[0], 'running', 'alone: the text went out in a commit of its own, before the run\'s end')
