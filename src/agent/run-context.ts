@@ -122,7 +122,7 @@ export class RunContext {
    * this one is not committed and that failure is thrown (once; the run's end then commits).
    */
   async commit(writes: StoreWrite[]): Promise<EventRecord[]> {
-    this.#commitSoon()
+    void this.#commitSoon()
     if (this.#inFlight) await this.#inFlight
     this.#throwUnsent()
     const events = await this.#toLog(writes)
@@ -160,7 +160,7 @@ export class RunContext {
    * kept for its answer's unit: commitWithNext).
    */
   commitSoon(writes: StoreWrite[]): void {
-    this.#commitSoon()
+    void this.#commitSoon()
     const unit = this.#handOver(writes)
     this.#inFlight = unit
     void unit.then(() => {
@@ -182,7 +182,7 @@ export class RunContext {
 
   /** Resolves once every unit handed over or kept back has been committed (or has failed): the run's own writes can then be read back. */
   async settle(): Promise<void> {
-    this.#commitSoon()
+    void this.#commitSoon()
     if (this.#held !== null) this.commitSoon([])
     await this.#inFlight
   }
@@ -215,18 +215,19 @@ export class RunContext {
    * group commit of its own, not behind writes made after it.
    */
   async commitEmitted(): Promise<void> {
-    const writes = this.#soon
-    if (!writes) return
-    this.#soon = null
-    await this.#handOver(writes)
+    await this.#commitSoon()
   }
 
-  /** Hands the events emitted without waiting to the event log, ahead of any later write of the run. */
-  #commitSoon(): void {
+  /**
+   * Hands the events emitted without waiting to the event log, ahead of any later write of the
+   * run; the promise settles once they are committed or have failed (never rejects), at once
+   * when there were none.
+   */
+  #commitSoon(): Promise<void> {
     const writes = this.#soon
-    if (!writes) return
+    if (!writes) return Promise.resolve()
     this.#soon = null
-    this.#handOver(writes)
+    return this.#handOver(writes)
   }
 
   /** Hands a unit to the event log without waiting; its failure is kept for the next awaited commit. */
