@@ -7,7 +7,8 @@
  * (src/model/provider.ts) with agentd's default tools, and runs the tool calls with agentd's own
  * runtime and built-in tools, in a workspace made per session. No store, no event log, no
  * coordination, no limits, no auth: the difference between its figures and agentd's is what
- * persistence and the service around the loop cost.
+ * persistence and the service around the loop cost. It answers the bench's 'heap' question (what it
+ * allocated and its GC pauses since the last one: bench/heap-watch.ts).
  * `node bench/bare-agent-process.ts <model base URL> <workspaces folder>`; the bench removes the folder.
  */
 import { mkdirSync } from 'node:fs'
@@ -21,6 +22,7 @@ import { ToolCatalog } from '../src/tools/catalog.ts'
 import { runTool } from '../src/tools/runtime.ts'
 import type { SessionRecord } from '../src/store/store.ts'
 import { serveChild } from './child.ts'
+import { watchHeap } from './heap-watch.ts'
 
 const [modelUrl, workspaces] = process.argv.slice(2)
 if (!modelUrl || !workspaces) throw new Error('usage: bare-agent-process.ts <model base URL> <workspaces folder>')
@@ -91,8 +93,10 @@ async function answer(req: IncomingMessage, res: ServerResponse): Promise<void> 
 server.listen(0, '127.0.0.1', () => {
   const address = server.address()
   if (!address || typeof address === 'string') throw new Error('no address')
+  // 'heap': what it allocated and its GCs since the last question (the latency bench asks at each phase).
+  const heap = watchHeap()
   serveChild(`http://127.0.0.1:${address.port}`, async () => {
     server.close()
     await model.close()
-  })
+  }, { heap: () => heap.sample() })
 })

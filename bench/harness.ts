@@ -29,10 +29,14 @@ export function startStampingModelProcess(options: StampingModelOptions): Promis
 /**
  * The bare agent (bench/bare-agent-process.ts): the same loop, provider and tools as agentd with
  * nothing around them, in its own process; its workspaces in a temporary folder removed after it exits.
+ * It runs with BENCH_SERVICE_FLAGS as agentd does, so that a yardstick is measured as what it measures.
  */
 export function startBareAgentProcess(modelUrl: string): Promise<ChildServer> {
-  return inTempDir('agentd-bench-bare-', (dir) => startChild('./bare-agent-process.ts', [modelUrl, dir]))
+  return inTempDir('agentd-bench-bare-', (dir) => startChild('./bare-agent-process.ts', [modelUrl, dir], serviceFlags()))
 }
+
+/** BENCH_SERVICE_FLAGS: Node flags for the server under test (agentd, and the bare agent beside it), e.g. "--trace-gc --max-semi-space-size=8". */
+const serviceFlags = (): string[] => (process.env['BENCH_SERVICE_FLAGS'] ?? '').split(' ').filter(Boolean)
 
 /**
  * A child started with a temporary folder of its own, removed once the child has exited (or has
@@ -77,8 +81,7 @@ export async function startServiceProcess(
   modelUrl: string, sqlite: BenchSqlite = 'file', execArgv: string[] = [], options: { watch?: boolean } = {}
 ): Promise<ChildServer> {
   const profiling = Boolean(process.env['BENCH_CPU_PROF'])
-  // BENCH_SERVICE_FLAGS: Node flags for agentd's process only, e.g. "--trace-gc --max-semi-space-size=8".
-  const extra = (process.env['BENCH_SERVICE_FLAGS'] ?? '').split(' ').filter(Boolean)
+  const extra = serviceFlags()
   const env = { ...(sqlite === 'memory' ? { BENCH_SERVICE_SQLITE: 'memory' } : {}), ...(options.watch ? { BENCH_SERVICE_WATCH: '1' } : {}) }
   return inTempDir('agentd-bench-', (dir) => {
     const flags = [...execArgv, ...extra, ...(profiling ? ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'profile')}`] : [])]

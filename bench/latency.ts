@@ -3,6 +3,7 @@ import type { ChildServer } from './child.ts'
 import { AgentdClient, callJson, cpuMeter, originOf, startBareAgentProcess, startServiceProcess, startStampingModelProcess } from './harness.ts'
 import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
+import type { HeapSample } from './heap-watch.ts'
 import { PAUSE_MS, watchService, type Pause, type ServiceSample } from './service-watch.ts'
 import { preciseNow } from './stamping-model.ts'
 
@@ -89,15 +90,22 @@ export async function run(): Promise<void> {
     bare = { server: bareServer, client: new AgentdClient(bareServer.url, CONCURRENT + 4) }
     let bareCpu = ''
     let bareMeter: { stop(): string } | undefined
+    let bareAloneHeap: HeapSample | undefined
+    let bareLoadedHeap: HeapSample | undefined
     const bareRuns = await measure(bare.client, {
-      async warmed() {},
+      async warmed() {
+        await bareServer.ask<HeapSample>('heap')
+      },
       async aloneDone() {
+        bareAloneHeap = await bareServer.ask<HeapSample>('heap')
         bareMeter = cpuMeter({ 'bare agent': bareServer.pid, model: model.pid })
       },
       async loadedDone() {
         bareCpu = bareMeter?.stop() ?? ''
+        bareLoadedHeap = await bareServer.ask<HeapSample>('heap')
       }
     })
+    if (!bareAloneHeap || !bareLoadedHeap) throw new Error('a phase of the bare agent\'s measure was skipped')
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
     console.log(`each target warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once; ` +
@@ -136,6 +144,19 @@ export async function run(): Promise<void> {
     console.log(`aims, ${CONCURRENT} at once: p50 <= 1 ms: ${ratio(p(loaded, 50), p(bareRuns.loaded, 50))}; p99 <= 10 ms: ${ratio(p(loaded, 99), p(bareRuns.loaded, 99))}`)
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
     console.log(`the bare agent with ${CONCURRENT} at once: ${bareCpu}`)
+    // What GC pauses come from: how much each process allocates for the same chunks (a scavenge comes every few tens of MB).
+    const heapRow = (label: string, heap: HeapSample, chunks: number) => {
+      const { count, totalMs, maxMs, long } = heap.gc
+      return [label, fmt(heap.allocatedBytes / 1e6, 0), fmt(heap.allocatedBytes / chunks / 1024, 1), `${count}, ${fmt(totalMs, 0)}, ${fmt(maxMs, 1)}, ${long}`]
+    }
+    console.log('\nV8 heap: bytes allocated (a run\'s start and end included, per text chunk streamed) and GC pauses, as V8 counts them (bench/heap-watch.ts)')
+    printTable([
+      ['streams', 'allocated MB', 'KB per chunk', 'GC pauses: n, total, max ms, >= 5 ms'],
+      heapRow('bare agent, 1 at a time', bareAloneHeap, bareRuns.alone.length),
+      heapRow(`bare agent, ${CONCURRENT} at once`, bareLoadedHeap, bareRuns.loaded.length),
+      heapRow('agentd, 1 at a time', aloneService.heap, alone.length),
+      heapRow(`agentd, ${CONCURRENT} at once`, loadedService.heap, loaded.length)
+    ])
     const cpuAt = cpuClockAt(loadedService.cpuClock)
     const spent = (from: keyof Round, to: keyof Round) => rounds.reduce((sum, round) => sum + cpuAt(round[to]) - cpuAt(round[from]), 0)
     const runs = CONCURRENT * rounds.length

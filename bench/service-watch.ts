@@ -3,11 +3,12 @@
  * IPC (bench/child.ts). One timer, every TICK_MS, measures how late it fires (the event loop's
  * delay, as perf_hooks.monitorEventLoopDelay does) and keeps each stall of PAUSE_MS or more with
  * where the main thread was meanwhile (on a CPU, queued for one, blocked), and the main thread's
- * CPU clock. GC pauses come from a PerformanceObserver; the SQLite store's group commits (BEGIN
- * IMMEDIATE … COMMIT), its statements by kind and the COMMITs that checkpointed the WAL are timed
- * around node:sqlite's StatementSync.prototype.run, and the checkpoints the store asks for on the
- * event loop (PRAGMA wal_checkpoint) around DatabaseSync.prototype.exec; those the store's
- * checkpoint thread makes hold no turn of the loop and are not counted. Pauses carry their time on the bench's clock,
+ * CPU clock. GC pauses come from a PerformanceObserver, and what it allocated from
+ * bench/heap-watch.ts; the SQLite store's group commits (BEGIN IMMEDIATE … COMMIT), its
+ * statements by kind and the COMMITs that checkpointed the WAL are timed around node:sqlite's
+ * StatementSync.prototype.run, and the checkpoints the store asks for on the event loop (PRAGMA
+ * wal_checkpoint) around DatabaseSync.prototype.exec; those the store's checkpoint thread makes
+ * hold no turn of the loop and are not counted. Pauses carry their time on the bench's clock,
  * so the bench can tell which chunks were in flight during them. The timer wakes an idle agentd
  * 200 times a second (a few % of a core on a small VM); a busy one it costs little.
  */
@@ -16,6 +17,7 @@ import { Session } from 'node:inspector/promises'
 import { PerformanceObserver, constants, createHistogram } from 'node:perf_hooks'
 import { DatabaseSync, StatementSync } from 'node:sqlite'
 import type { EventBus } from '../src/events/event-bus.ts'
+import { watchHeap, type HeapSample } from './heap-watch.ts'
 import { fromPerformanceNow, preciseNow } from './stamping-model.ts'
 
 /** Pauses at least this long are listed one by one. */
@@ -73,6 +75,8 @@ export interface ServiceSample {
    * frame in the same turn. Set by watchPublished().
    */
   published: { sentAt: number[]; delay: number[] }
+  /** What it allocated on V8's heap meanwhile, and its GCs as V8 counts them (bench/heap-watch.ts). */
+  heap: HeapSample
 }
 
 const totals = (): PauseTotals => ({ count: 0, totalMs: 0, maxMs: 0, long: 0 })
@@ -175,6 +179,7 @@ export async function startProfile(kind: 'cpu' | 'heap'): Promise<{ stop(file: s
  */
 export function watchService(walPath: string | null): { sample(): ServiceSample; watchPublished(bus: EventBus): void } {
   const delay = createHistogram()
+  const heap = watchHeap()
   const threadTimes = threadTimesReader()
   let since = preciseNow()
   let gc = totals()
@@ -302,7 +307,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       const sample: ServiceSample = {
         seconds: (now - since) / 1000,
         loopDelay: { p50: ms(delay.percentile(50)), p99: ms(delay.percentile(99)), max: ms(delay.max) },
-        stalls, gc, groupCommits, commits, checkpoints, statements, pauses, cpuClock, published
+        stalls, gc, groupCommits, commits, checkpoints, statements, pauses, cpuClock, published, heap: heap.sample()
       }
       delay.reset()
       since = now
