@@ -61,6 +61,8 @@ export const now = (): string => {
   return nowIso
 }
 
+const nothing = (): undefined => undefined
+
 /**
  * One run's view of the service, shared by its phases (model turn, tool call, recovery): the
  * session and the run record, and how the run's writes are committed. Writes that belong
@@ -206,7 +208,7 @@ export class RunContext {
     }
     this.#soon = [this.event(channel, type, data)]
     // A tick runs after the microtasks that read the rest of the socket's chunks, before any I/O.
-    process.nextTick(() => this.#commitSoon())
+    process.nextTick(this.#commitSoonTick)
   }
 
   /**
@@ -230,11 +232,18 @@ export class RunContext {
     return this.#handOver(writes)
   }
 
+  /** emitSoon's tick: one function per run, not one per delta (a text chunk is the hot path). */
+  readonly #commitSoonTick = (): void => {
+    void this.#commitSoon()
+  }
+
   /** Hands a unit to the event log without waiting; its failure is kept for the next awaited commit. */
   #handOver(writes: StoreWrite[]): Promise<void> {
-    return this.#toLog(writes).then(() => undefined, (err: unknown) => {
-      this.#unsentError ??= err
-    })
+    return this.#toLog(writes).then(nothing, this.#keepUnsent)
+  }
+
+  readonly #keepUnsent = (err: unknown): void => {
+    this.#unsentError ??= err
   }
 
   /** Moves the run (and its session) to a new status: the writes, with a state_changed event; none when unchanged. */

@@ -515,29 +515,37 @@ export class SqliteStore implements Store {
 
   async commit(writes: readonly StoreWrite[]): Promise<EventRecord[]> {
     // Parameters are taken now (JSON included), so the caller may change its objects right after.
-    const steps: Step[] = []
-    const events: EventRecord[] = []
+    // The arrays start as literals of their first element: a unit is most often one text chunk,
+    // and an empty array's first push allocates room for 17.
+    let steps: Step[] | undefined
+    let events: EventRecord[] | undefined
     for (const write of writes) {
       if (write.type !== 'event') {
-        steps.push(this.#prepareWrite(write))
+        const step = this.#prepareWrite(write)
+        if (steps) steps.push(step)
+        else steps = [step]
         continue
       }
       const e = write.event
       const record = withDataJson({
         seq: 0, sessionId: e.sessionId, runId: e.runId, channel: e.channel, type: e.type, at: e.at, requestId: e.requestId, data: e.data
       }, JSON.stringify(e.data))
-      events.push(record)
-      const previous = steps[steps.length - 1]
-      let group = typeof previous === 'object' && previous.sessionId === e.sessionId ? previous : undefined
-      if (!group) {
-        group = { sessionId: e.sessionId, records: [] }
-        steps.push(group)
+      if (events) events.push(record)
+      else events = [record]
+      const previous = steps?.[steps.length - 1]
+      if (typeof previous === 'object' && previous.sessionId === e.sessionId) {
+        previous.records.push(record)
+        continue
       }
-      group.records.push(record)
+      const group: EventGroup = { sessionId: e.sessionId, records: [record] }
+      if (steps) steps.push(group)
+      else steps = [group]
     }
+    const stored = events ?? []
+    const all = steps ?? []
     return this.#write(() => {
       try {
-        for (const step of steps) {
+        for (const step of all) {
           if (typeof step === 'function') step()
           else this.#insertEvents(step)
         }
@@ -546,7 +554,7 @@ export class SqliteStore implements Store {
         if (/FOREIGN KEY constraint failed/.test((err as Error).message)) throw new SessionGoneError()
         throw err
       }
-      return events
+      return stored
     }, writes.length > 1)
   }
 
