@@ -37,6 +37,13 @@ interface EventGroup {
 /** One write of a unit of work, its parameters taken when the unit was handed over. */
 type Step = EventGroup | (() => void)
 
+/** `list` with `item` added, or a list of it: an empty array's first push allocates room for 17 items. */
+function append<T>(list: T[] | undefined, item: T): T[] {
+  if (list === undefined) return [item]
+  list.push(item)
+  return list
+}
+
 /** Rows of the largest multi-row INSERT of events (8 parameters a row); a longer group takes several. */
 const EVENT_ROWS = 32
 
@@ -515,31 +522,22 @@ export class SqliteStore implements Store {
 
   async commit(writes: readonly StoreWrite[]): Promise<EventRecord[]> {
     // Parameters are taken now (JSON included), so the caller may change its objects right after.
-    // The arrays start as literals of their first element: a unit is most often one text chunk,
-    // and an empty array's first push allocates room for 17.
+    // A unit is most often one text chunk: its lists are made with their first item (append).
     let steps: Step[] | undefined
     let events: EventRecord[] | undefined
     for (const write of writes) {
       if (write.type !== 'event') {
-        const step = this.#prepareWrite(write)
-        if (steps) steps.push(step)
-        else steps = [step]
+        steps = append(steps, this.#prepareWrite(write))
         continue
       }
       const e = write.event
       const record = withDataJson({
         seq: 0, sessionId: e.sessionId, runId: e.runId, channel: e.channel, type: e.type, at: e.at, requestId: e.requestId, data: e.data
       }, JSON.stringify(e.data))
-      if (events) events.push(record)
-      else events = [record]
+      events = append(events, record)
       const previous = steps?.[steps.length - 1]
-      if (typeof previous === 'object' && previous.sessionId === e.sessionId) {
-        previous.records.push(record)
-        continue
-      }
-      const group: EventGroup = { sessionId: e.sessionId, records: [record] }
-      if (steps) steps.push(group)
-      else steps = [group]
+      if (typeof previous === 'object' && previous.sessionId === e.sessionId) previous.records.push(record)
+      else steps = append(steps, { sessionId: e.sessionId, records: [record] })
     }
     const stored = events ?? []
     const all = steps ?? []
