@@ -8,9 +8,8 @@ export interface EventFeed {
 }
 
 /**
- * An event's SSE frame: `id`, `event`, `data` (the event as one JSON line: the SPEC 4 envelope,
+ * The one SSE encoder: `id`, `event`, `data` (the event as one JSON line: the SPEC 4 envelope,
  * its fields in that order), blank line. The data is the store's own JSON text when it has it.
- * This is the frame's definition; streams send encodeFrame's bytes of it.
  */
 export function encodeEvent(event: EventRecord): string {
   return `id: ${event.seq}\nevent: ${event.type}\ndata: {"seq":${event.seq},"sessionId":${JSON.stringify(event.sessionId)},` +
@@ -29,86 +28,10 @@ const frames = new WeakMap<EventRecord, Buffer>()
 export function eventFrame(event: EventRecord): Buffer {
   let frame = frames.get(event)
   if (!frame) {
-    frame = encodeFrame(event)
+    frame = Buffer.from(encodeEvent(event))
     frames.set(event, frame)
   }
   return frame
-}
-
-// The frame's fixed pieces, in order, as bytes (see encodeEvent).
-const ID = Buffer.from('id: ')
-const EVENT = Buffer.from('\nevent: ')
-const DATA = Buffer.from('\ndata: {"seq":')
-const SESSION_ID = Buffer.from(',"sessionId":')
-const RUN_ID = Buffer.from(',"runId":')
-const CHANNEL = Buffer.from(',"channel":')
-const TYPE = Buffer.from(',"type":')
-const AT = Buffer.from(',"at":')
-const REQUEST_ID = Buffer.from(',"requestId":')
-const DATA_FIELD = Buffer.from(',"data":')
-const END = Buffer.from('}\n\n')
-const FIXED_BYTES = [ID, EVENT, DATA, SESSION_ID, RUN_ID, CHANNEL, TYPE, AT, REQUEST_ID, DATA_FIELD, END].reduce((sum, piece) => sum + piece.length, 0)
-const QUOTE = 0x22
-
-/** A string field that is its own JSON between quotes (ASCII, nothing to escape): agentd's IDs, channels, types and times always are. */
-const PLAIN = /^[\w:.-]*$/
-
-/** A string field's JSON text, or null when it is plain (written between quotes as it is, without a string made for it). */
-const jsonUnlessPlain = (value: string | null | undefined): string | null =>
-  value == null ? 'null' : PLAIN.test(value) ? null : JSON.stringify(value)
-
-const fieldBytes = (value: string | null | undefined, json: string | null): number => (json === null ? (value as string).length + 2 : Buffer.byteLength(json))
-
-function writeField(frame: Buffer, at: number, value: string | null | undefined, json: string | null): number {
-  if (json !== null) return at + frame.write(json, at)
-  frame[at] = QUOTE
-  at += 1 + frame.write(value as string, at + 1, 'latin1')
-  frame[at] = QUOTE
-  return at + 1
-}
-
-function writePiece(frame: Buffer, at: number, piece: Buffer): number {
-  frame.set(piece, at)
-  return at + piece.length
-}
-
-/**
- * encodeEvent's bytes, written into one Buffer sized for them. Every event a run streams is
- * encoded, and building the string first (a rope of ~20 pieces, flattened, then copied into the
- * Buffer) allocated ten times the bytes for the same CPU: 1.4 KB against 0.13 KB for a text
- * chunk (docs/performance.md).
- */
-function encodeFrame(event: EventRecord): Buffer {
-  const seq = String(event.seq)
-  const sessionId = jsonUnlessPlain(event.sessionId)
-  const runId = jsonUnlessPlain(event.runId)
-  const channel = jsonUnlessPlain(event.channel)
-  const type = jsonUnlessPlain(event.type)
-  const at = jsonUnlessPlain(event.at)
-  const requestId = jsonUnlessPlain(event.requestId)
-  const data = dataJsonOf(event)
-  const frame = Buffer.allocUnsafe(
-    FIXED_BYTES + 2 * seq.length + Buffer.byteLength(event.type) + fieldBytes(event.sessionId, sessionId) + fieldBytes(event.runId, runId) +
-      fieldBytes(event.channel, channel) + fieldBytes(event.type, type) + fieldBytes(event.at, at) + fieldBytes(event.requestId, requestId) +
-      Buffer.byteLength(data)
-  )
-  let end = writePiece(frame, 0, ID)
-  end += frame.write(seq, end, 'latin1')
-  end = writePiece(frame, end, EVENT)
-  end += frame.write(event.type, end)
-  end = writePiece(frame, end, DATA)
-  end += frame.write(seq, end, 'latin1')
-  end = writeField(frame, writePiece(frame, end, SESSION_ID), event.sessionId, sessionId)
-  end = writeField(frame, writePiece(frame, end, RUN_ID), event.runId, runId)
-  end = writeField(frame, writePiece(frame, end, CHANNEL), event.channel, channel)
-  end = writeField(frame, writePiece(frame, end, TYPE), event.type, type)
-  end = writeField(frame, writePiece(frame, end, AT), event.at, at)
-  end = writeField(frame, writePiece(frame, end, REQUEST_ID), event.requestId, requestId)
-  end = writePiece(frame, end, DATA_FIELD)
-  end += frame.write(data, end)
-  end = writePiece(frame, end, END)
-  // Counted and written alike by construction; were they ever not, the frame's definition is sent.
-  return end === frame.length ? frame : Buffer.from(encodeEvent(event))
 }
 
 /** Bytes written to streams that their sockets have not taken yet, summed over every stream sharing it. */
