@@ -62,6 +62,8 @@ export const now = (): string => {
 }
 
 const nothing = (): undefined => undefined
+/** What #commitSoon returns when nothing waits: one settled promise, not one made per commit. */
+const SETTLED: Promise<void> = Promise.resolve()
 
 /**
  * One run's view of the service, shared by its phases (model turn, tool call, recovery): the
@@ -227,7 +229,7 @@ export class RunContext {
    */
   #commitSoon(): Promise<void> {
     const writes = this.#soon
-    if (!writes) return Promise.resolve()
+    if (!writes) return SETTLED
     this.#soon = null
     return this.#handOver(writes)
   }
