@@ -25,13 +25,21 @@ const WARMUP = 10
  * there; until then, a round's burst of starts holds the event loop several times longer.
  */
 const WARMUP_ROUNDS = 5
+/**
+ * How far apart the staggered clients start: one run's chunks spread over CONCURRENT clients, so
+ * that a run starts (and one ends) every STAGGER_MS and a chunk arrives every INTERVAL_MS / CONCURRENT.
+ */
+const STAGGER_MS = (CHUNKS * INTERVAL_MS) / CONCURRENT
 
 /**
  * latency: the time from a text chunk leaving the model to its SSE frame reaching a client. The
  * stamping model writes its send time into each chunk's text; the client, on the same machine and
  * clock, subtracts it from the time the frame's bytes arrived. Measured once agentd is warm
  * (WARMUP_ROUNDS): with one run at a time, then with CONCURRENT runs streaming at once, ROUNDS
- * times (each round creates its sessions, then posts all its messages at once). Then the same
+ * times (each round creates its sessions, then posts all its messages at once), then with
+ * CONCURRENT clients staggered (each runs ROUNDS runs back to back, the clients starting
+ * STAGGER_MS apart: CONCURRENT streams at once, as in a round, but their runs start and end one
+ * by one and their chunks arrive spread over time instead of in waves). Then the same
  * runs through the bare agent (bench/bare-agent-process.ts: agentd's provider behind
  * node:http, every text part written as a frame at once, nothing stored), with agentd stopped: what
  * this machine, model and client give a Node service without agentd's machinery, beside which
@@ -58,13 +66,15 @@ export async function run(): Promise<void> {
     let aloneClient: ServiceSample | undefined
     let loadedService: ServiceSample | undefined
     let loadedClient: ServiceSample | undefined
+    let staggeredService: ServiceSample | undefined
     let loadedCpu = ''
+    let staggeredCpu = ''
     let cpu: { stop(): string } | undefined
     // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the runs stream at once, and nothing else;
     // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead.
     const heapProfile = process.env['BENCH_LATENCY_HEAP_PROF']
     const profile = heapProfile ?? process.env['BENCH_LATENCY_PROF']
-    const { alone, loaded, rounds } = await measure(agentd, {
+    const { alone, loaded, rounds, staggered } = await measure(agentd, {
       async warmed() {
         await watched.ask<ServiceSample>('sample')
         client.sample()
@@ -80,15 +90,21 @@ export async function run(): Promise<void> {
         if (profile) await watched.ask('profiled', profile)
         loadedService = await watched.ask<ServiceSample>('sample')
         loadedClient = client.sample()
+        cpu = cpuMeter({ agentd: watched.pid, model: model.pid })
+      },
+      async staggeredDone() {
+        staggeredCpu = cpu?.stop() ?? ''
+        staggeredService = await watched.ask<ServiceSample>('sample')
       }
     })
-    if (!aloneService || !aloneClient || !loadedService || !loadedClient) throw new Error('a phase of the measure was skipped')
+    if (!aloneService || !aloneClient || !loadedService || !loadedClient || !staggeredService) throw new Error('a phase of the measure was skipped')
     // The yardstick: the same runs through the bare agent, with agentd gone so that it has the machine as agentd had.
     await service.close()
     service = null
     const bareServer = await startBareAgentProcess(model.url)
     bare = { server: bareServer, client: new AgentdClient(bareServer.url, CONCURRENT + 4) }
     let bareCpu = ''
+    let bareStaggeredCpu = ''
     let bareMeter: { stop(): string } | undefined
     let bareAloneHeap: HeapSample | undefined
     let bareLoadedHeap: HeapSample | undefined
@@ -103,13 +119,18 @@ export async function run(): Promise<void> {
       async loadedDone() {
         bareCpu = bareMeter?.stop() ?? ''
         bareLoadedHeap = await bareServer.ask<HeapSample>('heap')
+        bareMeter = cpuMeter({ 'bare agent': bareServer.pid, model: model.pid })
+      },
+      async staggeredDone() {
+        bareStaggeredCpu = bareMeter?.stop() ?? ''
       }
     })
     if (!bareAloneHeap || !bareLoadedHeap) throw new Error('a phase of the bare agent\'s measure was skipped')
 
     console.log(`\nlatency: model chunk sent → SSE frame received by the client, ${CHUNKS} chunks per run ${INTERVAL_MS} ms apart`)
     console.log(`each target warmed up first: ${WARMUP} runs one at a time, then ${WARMUP_ROUNDS} unmeasured rounds of ${CONCURRENT} at once; ` +
-      `then measured: ${ALONE_RUNS} runs one at a time, and ${ROUNDS} rounds of ${CONCURRENT} at once`)
+      `then measured: ${ALONE_RUNS} runs one at a time, ${ROUNDS} rounds of ${CONCURRENT} at once, and ${CONCURRENT} clients staggered ` +
+      `${fmt(STAGGER_MS, 0)} ms apart running ${ROUNDS} runs each (kept: the ${fmt((staggered.to - staggered.from) / 1000, 1)} s while all ${CONCURRENT} streamed)`)
     console.log('bare agent: agentd\'s provider behind node:http, each text part written as its frame at once: no store, no events, no framework, ' +
       'no turns for starting runs (bench/bare-agent-process.ts); the same client, model and runs, measured after agentd, in the same run')
     console.log(`clocks: model − bench = ${fmt(offset.ms, 3)} ms (± ${fmt(offset.uncertaintyMs, 3)}); figures are not adjusted for it`)
@@ -117,7 +138,7 @@ export async function run(): Promise<void> {
     console.log('CPU in flight: the CPU time agentd\'s main thread spent while the chunk travelled to the client (other processes do not count)')
     // A chunk is known by its send time, to the µs: two that share one share the entry.
     const published = new Map<number, number>()
-    for (const { sentAt, delay } of [aloneService.published, loadedService.published]) sentAt.forEach((at, i) => published.set(at, delay[i] as number))
+    for (const { sentAt, delay } of [aloneService.published, loadedService.published, staggeredService.published]) sentAt.forEach((at, i) => published.set(at, delay[i] as number))
     const row = (label: string, chunks: Chunk[], service?: ServiceSample) => {
       const values = chunks.map((chunk) => chunk.delay)
       const latency = [label, String(values.length), fmt(percentile(values, 50)), fmt(percentile(values, 99)), fmt(Math.max(...values))]
@@ -132,18 +153,22 @@ export async function run(): Promise<void> {
       row(`bare agent, ${CONCURRENT} at once`, bareRuns.loaded),
       row('  sent while runs were starting', bareRuns.loaded.filter((chunk) => chunk.whileStarting)),
       row(`  sent once all ${CONCURRENT} streamed`, bareRuns.loaded.filter((chunk) => !chunk.whileStarting)),
+      row(`bare agent, ${CONCURRENT} staggered`, bareRuns.staggered),
       row('agentd, 1 at a time', alone, aloneService),
       row(`agentd, ${CONCURRENT} at once`, loaded, loadedService),
       row('  first chunk of a run', loaded.filter((chunk) => chunk.index === 0), loadedService),
       row(`  chunks 2..${CHUNKS}`, loaded.filter((chunk) => chunk.index > 0), loadedService),
       row('  sent while runs were starting', loaded.filter((chunk) => chunk.whileStarting), loadedService),
-      row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting), loadedService)
+      row(`  sent once all ${CONCURRENT} streamed`, loaded.filter((chunk) => !chunk.whileStarting), loadedService),
+      row(`agentd, ${CONCURRENT} staggered`, staggered, staggeredService)
     ])
     const ratio = (agentdMs: number, bareMs: number) => `${fmt(agentdMs)} ms (${fmt(agentdMs / bareMs)} × the bare agent's ${fmt(bareMs)})`
     const p = (chunks: Chunk[], q: number) => percentile(chunks.map((chunk) => chunk.delay), q)
     console.log(`aims, ${CONCURRENT} at once: p50 <= 1 ms: ${ratio(p(loaded, 50), p(bareRuns.loaded, 50))}; p99 <= 10 ms: ${ratio(p(loaded, 99), p(bareRuns.loaded, 99))}`)
+    console.log(`the same, ${CONCURRENT} staggered: p50 ${ratio(p(staggered, 50), p(bareRuns.staggered, 50))}; p99 ${ratio(p(staggered, 99), p(bareRuns.staggered, 99))}`)
     console.log(`with ${CONCURRENT} at once (${CONCURRENT * (1000 / INTERVAL_MS)} text chunks/s for agentd to persist and send): ${loadedCpu}`)
     console.log(`the bare agent with ${CONCURRENT} at once: ${bareCpu}`)
+    console.log(`with ${CONCURRENT} staggered: ${staggeredCpu}; the bare agent: ${bareStaggeredCpu}`)
     // What GC pauses come from: how much each process allocates for the same chunks (a scavenge comes every few tens of MB).
     const heapRow = (label: string, heap: HeapSample, chunks: number) => {
       const { count, totalMs, maxMs, long } = heap.gc
@@ -162,13 +187,17 @@ export async function run(): Promise<void> {
     const runs = CONCURRENT * rounds.length
     console.log(`agentd's main thread, CPU with ${CONCURRENT} at once: ${fmt((1000 * spent('startedAt', 'sessionsAt')) / runs, 0)} µs per session created, ` +
       `${fmt((1000 * spent('sessionsAt', 'openedAt')) / runs, 0)} µs per run started (message POSTed, its stream opened, its model call made), ` +
-      `${fmt((1000 * spent('openedAt', 'endedAt')) / loaded.length, 0)} µs per chunk after that (the runs' ends included)`)
+      `${fmt((1000 * spent('openedAt', 'endedAt')) / loaded.length, 0)} µs per chunk after that (the runs' ends included); ` +
+      `all of it, ${fmt((1000 * spent('startedAt', 'endedAt')) / loaded.length, 0)} µs per chunk, against ` +
+      `${fmt((1000 * (cpuClockAt(staggeredService.cpuClock)(staggered.to) - cpuClockAt(staggeredService.cpuClock)(staggered.from))) / staggered.length, 0)} µs ` +
+      `per chunk with ${CONCURRENT} staggered (sessions, starts and ends included)`)
     console.log('\nagentd meanwhile (its own event loop, GC and SQLite):')
     printTable([
       ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms',
         'group commits: n, statements, total, max ms, >= 5 ms', 'WAL checkpoints: n, total, max ms'],
       serviceRow('1 at a time', aloneService),
       serviceRow(`${CONCURRENT} at once`, loadedService),
+      serviceRow(`${CONCURRENT} staggered`, staggeredService),
       serviceRow('bench client, 1 at a time', aloneClient),
       serviceRow(`bench client, ${CONCURRENT} at once`, loadedClient)
     ])
@@ -178,7 +207,7 @@ export async function run(): Promise<void> {
     attributeTail(loaded, loadedService.pauses, loadedClient.pauses, published)
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
-    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, aloneService, loadedService, bareAgent: bareRuns }))
+    if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, staggered, aloneService, loadedService, staggeredService, bareAgent: bareRuns }))
     if (profile && !heapProfile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
     if (heapProfile) console.log(`agentd's allocations while ${CONCURRENT} runs streamed at once: ${heapProfile} (Chrome DevTools, Memory tab)`)
   } finally {
@@ -190,19 +219,20 @@ export async function run(): Promise<void> {
   }
 }
 
-/** What measure() lets the caller do between its phases: after the warm-up, after the runs one at a time, after the rounds at once. */
+/** What measure() lets the caller do between its phases: after the warm-up, the runs one at a time, the rounds at once and the staggered runs. */
 interface Phases {
   warmed(): Promise<void>
   aloneDone(): Promise<void>
   loadedDone(): Promise<void>
+  staggeredDone(): Promise<void>
 }
 
 /**
  * One target's chunks, as its client saw them: WARMUP runs and WARMUP_ROUNDS rounds unmeasured,
  * then ALONE_RUNS runs one at a time, then ROUNDS rounds of CONCURRENT runs at once (each round
- * creates its sessions, then posts all its messages at once).
+ * creates its sessions, then posts all its messages at once), then the staggered clients (stagger).
  */
-async function measure(target: AgentdClient, phases: Phases): Promise<{ alone: Chunk[]; loaded: Chunk[]; rounds: Round[] }> {
+async function measure(target: AgentdClient, phases: Phases): Promise<{ alone: Chunk[]; loaded: Chunk[]; rounds: Round[]; staggered: Staggered }> {
   /** One run's chunks, in order, and when its stream's first event arrived. */
   const sample = async (sessionId: string): Promise<Chunk[] & { openedAt: number }> => {
     const chunks = Object.assign([] as Chunk[], { openedAt: 0 })
@@ -240,8 +270,38 @@ async function measure(target: AgentdClient, phases: Phases): Promise<{ alone: C
     for (const chunks of runs) for (const chunk of chunks) loaded.push({ ...chunk, whileStarting: chunk.sentAt <= started })
   }
   await phases.loadedDone()
-  return { alone, loaded, rounds }
+  const staggered = await stagger(sample, session)
+  await phases.staggeredDone()
+  return { alone, loaded, rounds, staggered }
 }
+
+/**
+ * CONCURRENT clients, STAGGER_MS apart, each running ROUNDS runs back to back (a session, then its
+ * message): CONCURRENT streams at once, their runs starting one by one. Only the chunks sent while
+ * every client was streaming are kept: from the last client's first chunk to the first client's
+ * last (the ramp up and down have fewer streams), with the span they cover.
+ */
+async function stagger(
+  sample: (sessionId: string) => Promise<Chunk[]>, session: () => Promise<string>
+): Promise<Staggered> {
+  const clients = await Promise.all(Array.from({ length: CONCURRENT }, async (_, client): Promise<Chunk[][]> => {
+    await new Promise((resolve) => setTimeout(resolve, client * STAGGER_MS))
+    const runs: Chunk[][] = []
+    for (let i = 0; i < ROUNDS; i++) runs.push(await sample(await session()))
+    return runs
+  }))
+  const sent = (runs: Chunk[][], which: 'first' | 'last') => {
+    const run = (which === 'first' ? runs[0] : runs[runs.length - 1]) as Chunk[]
+    return (run[which === 'first' ? 0 : run.length - 1] as Chunk).sentAt
+  }
+  const from = Math.max(...clients.map((runs) => sent(runs, 'first')))
+  const to = Math.min(...clients.map((runs) => sent(runs, 'last')))
+  const chunks = clients.flat(2).filter((chunk) => chunk.sentAt >= from && chunk.sentAt <= to)
+  return Object.assign(chunks, { from, to })
+}
+
+/** The staggered phase's chunks sent while all CONCURRENT clients streamed, and that span (bench clock, ms). */
+type Staggered = Chunk[] & { from: number; to: number }
 
 /** The phases of a round, as times of the bench's clock: sessions created, then every run's stream open, then all done. */
 interface Round {
