@@ -49,7 +49,8 @@ const STAGGER_MS = (CHUNKS * INTERVAL_MS) / CONCURRENT
  * published inside agentd (the client's own delay left out), agentd's main-thread CPU clock (the
  * CPU time per session, per run start and per chunk, and the CPU time a chunk was in flight for,
  * which other processes on the machine do not change), and its pauses: stalls of the event loop
- * (on a CPU, queued for one), GC, long group commits and WAL checkpoints. The last table gives
+ * (on a CPU, queued for one), GC, long group commits, WAL checkpoints and the COMMITs that rewound
+ * the WAL after one (each fsyncs the WAL's new header on the event loop). The last table gives
  * the p99 of the chunks left once those in flight during each kind of pause are set aside.
  */
 export async function run(): Promise<void> {
@@ -67,6 +68,7 @@ export async function run(): Promise<void> {
     let loadedService: ServiceSample | undefined
     let loadedClient: ServiceSample | undefined
     let staggeredService: ServiceSample | undefined
+    let staggeredClient: ServiceSample | undefined
     let loadedCpu = ''
     let staggeredCpu = ''
     let cpu: { stop(): string } | undefined
@@ -95,9 +97,10 @@ export async function run(): Promise<void> {
       async staggeredDone() {
         staggeredCpu = cpu?.stop() ?? ''
         staggeredService = await watched.ask<ServiceSample>('sample')
+        staggeredClient = client.sample()
       }
     })
-    if (!aloneService || !aloneClient || !loadedService || !loadedClient || !staggeredService) throw new Error('a phase of the measure was skipped')
+    if (!aloneService || !aloneClient || !loadedService || !loadedClient || !staggeredService || !staggeredClient) throw new Error('a phase of the measure was skipped')
     // The yardstick: the same runs through the bare agent, with agentd gone so that it has the machine as agentd had.
     await service.close()
     service = null
@@ -194,17 +197,19 @@ export async function run(): Promise<void> {
     console.log('\nagentd meanwhile (its own event loop, GC and SQLite):')
     printTable([
       ['streams', 'loop delay p50 / p99 / max ms', 'stalls: n, total, on CPU, queued ms', 'GC pauses: n, total, max ms, >= 5 ms',
-        'group commits: n, statements, total, max ms, >= 5 ms', 'WAL checkpoints: n, total, max ms'],
+        'group commits: n, statements, total, max ms, >= 5 ms', 'WAL checkpoints: n, total, max ms', 'WAL restarts: n, total, max ms, >= 5 ms'],
       serviceRow('1 at a time', aloneService),
       serviceRow(`${CONCURRENT} at once`, loadedService),
       serviceRow(`${CONCURRENT} staggered`, staggeredService),
       serviceRow('bench client, 1 at a time', aloneClient),
-      serviceRow(`bench client, ${CONCURRENT} at once`, loadedClient)
+      serviceRow(`bench client, ${CONCURRENT} at once`, loadedClient),
+      serviceRow(`bench client, ${CONCURRENT} staggered`, staggeredClient)
     ])
     const statements = Object.entries(loadedService.statements).sort((a, b) => b[1].totalMs - a[1].totalMs).slice(0, 4)
     console.log(`SQLite with ${CONCURRENT} at once: ${loadedService.commits.count} COMMITs ${fmt((1000 * loadedService.commits.totalMs) / loadedService.commits.count, 0)} µs each` +
       statements.map(([kind, { count, totalMs }]) => `, ${count} × ${kind} ${fmt((1000 * totalMs) / count, 0)} µs`).join(''))
-    attributeTail(loaded, loadedService.pauses, loadedClient.pauses, published)
+    attributeTail(`${CONCURRENT} at once`, loaded, loadedService.pauses, loadedClient.pauses, published)
+    attributeTail(`${CONCURRENT} staggered`, staggered, staggeredService.pauses, staggeredClient.pauses, published)
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
     if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, staggered, aloneService, loadedService, staggeredService, bareAgent: bareRuns }))
@@ -321,14 +326,15 @@ interface Chunk {
 }
 
 function serviceRow(label: string, sample: ServiceSample): string[] {
-  const { loopDelay, stalls, gc, groupCommits, checkpoints } = sample
+  const { loopDelay, stalls, gc, groupCommits, checkpoints, restarts } = sample
   return [
     label,
     `${fmt(loopDelay.p50)} / ${fmt(loopDelay.p99)} / ${fmt(loopDelay.max)}`,
     `${stalls.count}, ${fmt(stalls.totalMs, 0)}, ${fmt(stalls.cpuMs, 0)}, ${fmt(stalls.queuedMs, 0)}`,
     `${gc.count}, ${fmt(gc.totalMs, 0)}, ${fmt(gc.maxMs, 1)}, ${gc.long}`,
     `${groupCommits.count}, ${groupCommits.statements}, ${fmt(groupCommits.totalMs, 0)}, ${fmt(groupCommits.maxMs, 1)}, ${groupCommits.long}`,
-    `${checkpoints.count}, ${fmt(checkpoints.totalMs, 0)}, ${fmt(checkpoints.maxMs, 1)}`
+    `${checkpoints.count}, ${fmt(checkpoints.totalMs, 0)}, ${fmt(checkpoints.maxMs, 1)}`,
+    `${restarts.count}, ${fmt(restarts.totalMs, 0)}, ${fmt(restarts.maxMs, 1)}, ${restarts.long}`
   ]
 }
 
@@ -368,7 +374,7 @@ type During = (kind: Pause['kind'], also?: (pause: Pause) => boolean) => boolean
 /** Why a chunk may have been late: something it was in flight during, in agentd or in the bench's client. */
 const CAUSES: Array<{ label: string; hit: (chunk: Chunk, agentd: During, client: During) => boolean }> = [
   { label: 'runs of its round still starting', hit: (chunk) => chunk.whileStarting },
-  { label: 'a WAL checkpoint', hit: (_, agentd) => agentd('checkpoint') },
+  { label: 'a WAL checkpoint or restart', hit: (_, agentd) => agentd('checkpoint') || agentd('wal restart') },
   { label: `a GC pause >= ${PAUSE_MS} ms`, hit: (_, agentd) => isGc(agentd) },
   { label: `another group commit >= ${PAUSE_MS} ms`, hit: (_, agentd) => agentd('group commit') },
   { label: `a stall >= ${PAUSE_MS} ms queued for a core`, hit: (_, agentd) => agentd('stall', (pause) => (pause.queuedMs ?? 0) >= PAUSE_MS) },
@@ -385,7 +391,7 @@ const isGc = (during: During): boolean => during('gc minor') || during('gc major
  * Chunks set aside are not the only ones a pause delays (the backlog it leaves delays the next
  * ones), so the p99 left is an upper bound of what removing the cause would give.
  */
-function attributeTail(chunks: Chunk[], agentdPauses: Pause[], clientPauses: Pause[], published: Map<number, number>): void {
+function attributeTail(label: string, chunks: Chunk[], agentdPauses: Pause[], clientPauses: Pause[], published: Map<number, number>): void {
   const duringOf = (pauses: Pause[], chunk: Chunk): During => (kind, also = () => true) =>
     pauses.some((pause) => pause.kind === kind && pause.endedAt > chunk.sentAt && pause.endedAt - pause.ms < chunk.sentAt + chunk.delay && also(pause))
   const causes = chunks.map((chunk) => {
@@ -401,7 +407,7 @@ function attributeTail(chunks: Chunk[], agentdPauses: Pause[], clientPauses: Pau
     const kept = chunks.filter((_, c) => !(causes[c] as boolean[]).slice(0, i + 1).some(Boolean))
     rows.push([`${i === 0 ? '' : '+ '}${cause.label}`, `${fmt((100 * alone) / chunks.length, 1)} %`, ...p99(kept)])
   })
-  console.log(`\nwhere the tail comes from with ${CONCURRENT} at once (each row also sets aside the chunks of the rows above):`)
+  console.log(`\nwhere the tail comes from with ${label} (each row also sets aside the chunks of the rows above):`)
   printTable(rows)
 }
 

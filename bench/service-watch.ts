@@ -5,7 +5,7 @@
  * where the main thread was meanwhile (on a CPU, queued for one, blocked), and the main thread's
  * CPU clock. GC pauses come from a PerformanceObserver, and what it allocated from
  * bench/heap-watch.ts; the SQLite store's group commits (BEGIN IMMEDIATE … COMMIT), its
- * statements by kind and the COMMITs that checkpointed the WAL are timed around node:sqlite's
+ * statements by kind and the COMMITs that rewound the WAL are timed around node:sqlite's
  * StatementSync.prototype.run, and the checkpoints the store asks for on the event loop (PRAGMA
  * wal_checkpoint) around DatabaseSync.prototype.exec; those the store's checkpoint thread makes
  * hold no turn of the loop and are not counted. Pauses carry their time on the bench's clock,
@@ -22,8 +22,8 @@ import { fromPerformanceNow, preciseNow } from './stamping-model.ts'
 
 /** Pauses at least this long are listed one by one. */
 export const PAUSE_MS = 5
-/** A COMMIT followed by a restart of the WAL carried a checkpoint when it took this long (see watchService). */
-const CHECKPOINT_IN_COMMIT_MS = 1
+/** A COMMIT that rewound the WAL is listed as a pause when it took this long (see watchService). */
+const RESTART_PAUSE_MS = 1
 /** The watch's timer: a shorter interval gives a finer CPU clock at more wake-ups. */
 const TICK_MS = 5
 
@@ -40,7 +40,7 @@ export interface PauseTotals {
 export interface Pause {
   endedAt: number
   ms: number
-  kind: 'gc minor' | 'gc major' | 'gc other' | 'group commit' | 'checkpoint' | 'stall'
+  kind: 'gc minor' | 'gc major' | 'gc other' | 'group commit' | 'checkpoint' | 'wal restart' | 'stall'
   /** For a group commit: how many statements it ran. */
   statements?: number
   /** For a stall: how much of it the main thread spent on the CPU, */
@@ -59,8 +59,14 @@ export interface ServiceSample {
   gc: PauseTotals
   groupCommits: PauseTotals & { statements: number }
   commits: PauseTotals
-  /** WAL checkpoints on the event loop: inside a COMMIT, or asked for with PRAGMA wal_checkpoint (a SQLite file only). */
+  /** WAL checkpoints on the event loop, asked for with PRAGMA wal_checkpoint (a SQLite file only). */
   checkpoints: PauseTotals
+  /**
+   * COMMITs that rewound the WAL: the first write after a checkpoint copied all of it starts the
+   * file over, and SQLite fsyncs its new header then, on the event loop, whichever connection
+   * checkpointed (a SQLite file only). The COMMIT's whole time.
+   */
+  restarts: PauseTotals
   /** The store's other statements by kind ("INSERT INTO events", "UPDATE sessions SET last_seq" …): count and time. */
   statements: Record<string, { count: number; totalMs: number }>
   pauses: Pause[]
@@ -187,6 +193,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
   let groupCommits = { ...totals(), statements: 0 }
   let commits = totals()
   let checkpoints = totals()
+  let restarts = totals()
   let statements: ServiceSample['statements'] = {}
   let pauses: Pause[] = []
   let cpuClock: ServiceSample['cpuClock'] = { at: [], cpuMs: [] }
@@ -228,14 +235,12 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
   }, TICK_MS).unref()
 
   // The store's group commit is BEGIN IMMEDIATE, the batch's statements, COMMIT, all in one turn.
-  // A COMMIT that crosses wal_autocheckpoint pages also checkpoints the WAL before it returns; the
-  // next write then restarts the WAL, which bumps the checkpoint sequence in its header. A
-  // checkpoint made elsewhere (asked for with exec, timed below, or on the store's checkpoint
-  // thread) restarts it too, after a commit that did not carry it: a restart is put down to the
-  // commit before it only when that took CHECKPOINT_IN_COMMIT_MS or more (a COMMIT alone takes
-  // ~50 µs, a checkpoint of SQLite's own milliseconds).
+  // Once a checkpoint (on the store's thread, or asked for with exec, timed below) has copied the
+  // whole WAL, the next COMMIT rewinds it: it writes a new header, which bumps the checkpoint
+  // sequence in it, and fsyncs it before its frames (wal.c, sqlite3WalFrames). That COMMIT is
+  // read as a restart. (SQLite's own checkpoint inside a COMMIT, past wal_autocheckpoint pages,
+  // shows as a long group commit; the store's thread keeps the WAL far below that.)
   const wal = walPath ? walHeaderReader(walPath) : null
-  let lastCommit: { endedAt: number; ms: number } | null = null
   const exec = DatabaseSync.prototype.exec as (this: DatabaseSync, sql: string) => void
   DatabaseSync.prototype.exec = function (this: DatabaseSync, sql: string) {
     if (!sql.includes('wal_checkpoint')) return exec.call(this, sql)
@@ -275,11 +280,10 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       return result
     }
     add(commits, ended - started)
-    if (wal?.restarted() && lastCommit && lastCommit.ms >= CHECKPOINT_IN_COMMIT_MS) {
-      add(checkpoints, lastCommit.ms)
-      pauses.push({ endedAt: lastCommit.endedAt, ms: lastCommit.ms, kind: 'checkpoint' })
+    if (wal?.restarted()) {
+      add(restarts, ended - started)
+      if (ended - started >= RESTART_PAUSE_MS) pauses.push({ endedAt: fromPerformanceNow(ended), ms: ended - started, kind: 'wal restart' })
     }
-    lastCommit = { endedAt: fromPerformanceNow(ended), ms: ended - started }
     if (batchStart >= 0) {
       const ms = ended - batchStart
       add(groupCommits, ms)
@@ -307,7 +311,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       const sample: ServiceSample = {
         seconds: (now - since) / 1000,
         loopDelay: { p50: ms(delay.percentile(50)), p99: ms(delay.percentile(99)), max: ms(delay.max) },
-        stalls, gc, groupCommits, commits, checkpoints, statements, pauses, cpuClock, published, heap: heap.sample()
+        stalls, gc, groupCommits, commits, checkpoints, restarts, statements, pauses, cpuClock, published, heap: heap.sample()
       }
       delay.reset()
       since = now
@@ -316,6 +320,7 @@ export function watchService(walPath: string | null): { sample(): ServiceSample;
       groupCommits = { ...totals(), statements: 0 }
       commits = totals()
       checkpoints = totals()
+      restarts = totals()
       statements = {}
       pauses = []
       cpuClock = { at: [], cpuMs: [] }
