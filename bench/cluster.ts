@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import { startChild, type ChildServer } from './child.ts'
-import { AgentdClient, type StreamedRun } from './harness.ts'
+import { AgentdClient, serviceFlags, type StreamedRun } from './harness.ts'
 
 export interface ServiceCluster {
   /** What the bench prints about where agentd runs. */
@@ -49,7 +49,7 @@ export async function startServiceCluster(modelUrl: string, settings: { database
   try {
     // One after the other: the first applies the migrations.
     for (let i = 0; i < settings.processes; i++) {
-      servers.push(await startChild('./service-process.ts', [modelUrl, dir], [], { BENCH_SERVICE_DATABASE_URL: url.toString() }))
+      servers.push(await startChild('./service-process.ts', [modelUrl, dir], serviceFlags(), { BENCH_SERVICE_DATABASE_URL: url.toString() }))
     }
   } catch (err) {
     await Promise.all(servers.map((s) => s.close()))

@@ -29,14 +29,22 @@ export function startStampingModelProcess(options: StampingModelOptions): Promis
 /**
  * The bare agent (bench/bare-agent-process.ts): the same loop, provider and tools as agentd with
  * nothing around them, in its own process; its workspaces in a temporary folder removed after it exits.
- * It runs with BENCH_SERVICE_FLAGS as agentd does, so that a yardstick is measured as what it measures.
+ * It runs with agentd's Node flags and BENCH_SERVICE_FLAGS, so that a yardstick is measured as what it measures.
  */
 export function startBareAgentProcess(modelUrl: string): Promise<ChildServer> {
   return inTempDir('agentd-bench-bare-', (dir) => startChild('./bare-agent-process.ts', [modelUrl, dir], serviceFlags()))
 }
 
-/** BENCH_SERVICE_FLAGS: Node flags for the server under test (agentd, and the bare agent beside it), e.g. "--trace-gc --max-semi-space-size=8". */
-const serviceFlags = (): string[] => (process.env['BENCH_SERVICE_FLAGS'] ?? '').split(' ').filter(Boolean)
+/**
+ * The Node flags agentd runs with when deployed: those of `npm start` (package.json; the
+ * Dockerfile's CMD repeats them). The servers under test get them first, so that the benches
+ * measure agentd as it runs (and the bare agent alike); BENCH_SERVICE_FLAGS come after and win.
+ */
+const DEPLOYED_FLAGS: string[] = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } })
+  .scripts.start.split(/\s+/).filter((arg) => arg.startsWith('--'))
+
+/** BENCH_SERVICE_FLAGS: more Node flags for the server under test (agentd, and the bare agent beside it), e.g. "--trace-gc --max-semi-space-size=8". */
+export const serviceFlags = (): string[] => [...DEPLOYED_FLAGS, ...(process.env['BENCH_SERVICE_FLAGS'] ?? '').split(' ').filter(Boolean)]
 
 /**
  * A child started with a temporary folder of its own, removed once the child has exited (or has

@@ -25,7 +25,8 @@ if (supported) {
     )
     process.exit(1)
   }
-  const child = spawn(bundled, [fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit' })
+  // Node's own flags (`npm start` gives one, see package.json) go to the Node that runs the command.
+  const child = spawn(bundled, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit' })
   // The child is the service or the CLI: it gets the signals meant for this process.
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal))
   child.on('exit', (code, signal) => process.exit(code ?? (signal ? 128 : 1)))
