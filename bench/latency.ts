@@ -188,11 +188,12 @@ export async function run(): Promise<void> {
     const cpuAt = cpuClockAt(loadedService.cpuClock)
     const spent = (from: keyof Round, to: keyof Round) => rounds.reduce((sum, round) => sum + cpuAt(round[to]) - cpuAt(round[from]), 0)
     const runs = CONCURRENT * rounds.length
+    const staggeredCpuAt = cpuClockAt(staggeredService.cpuClock)
     console.log(`agentd's main thread, CPU with ${CONCURRENT} at once: ${fmt((1000 * spent('startedAt', 'sessionsAt')) / runs, 0)} µs per session created, ` +
       `${fmt((1000 * spent('sessionsAt', 'openedAt')) / runs, 0)} µs per run started (message POSTed, its stream opened, its model call made), ` +
       `${fmt((1000 * spent('openedAt', 'endedAt')) / loaded.length, 0)} µs per chunk after that (the runs' ends included); ` +
       `all of it, ${fmt((1000 * spent('startedAt', 'endedAt')) / loaded.length, 0)} µs per chunk, against ` +
-      `${fmt((1000 * (cpuClockAt(staggeredService.cpuClock)(staggered.to) - cpuClockAt(staggeredService.cpuClock)(staggered.from))) / staggered.length, 0)} µs ` +
+      `${fmt((1000 * (staggeredCpuAt(staggered.to) - staggeredCpuAt(staggered.from))) / staggered.length, 0)} µs ` +
       `per chunk with ${CONCURRENT} staggered (sessions, starts and ends included)`)
     console.log('\nagentd meanwhile (its own event loop, GC and SQLite):')
     printTable([
@@ -295,12 +296,10 @@ async function stagger(
     for (let i = 0; i < ROUNDS; i++) runs.push(await sample(await session()))
     return runs
   }))
-  const sent = (runs: Chunk[][], which: 'first' | 'last') => {
-    const run = (which === 'first' ? runs[0] : runs[runs.length - 1]) as Chunk[]
-    return (run[which === 'first' ? 0 : run.length - 1] as Chunk).sentAt
-  }
-  const from = Math.max(...clients.map((runs) => sent(runs, 'first')))
-  const to = Math.min(...clients.map((runs) => sent(runs, 'last')))
+  const firstSent = (runs: Chunk[][]) => ((runs[0] as Chunk[])[0] as Chunk).sentAt
+  const lastSent = (runs: Chunk[][]) => ((runs.at(-1) as Chunk[]).at(-1) as Chunk).sentAt
+  const from = Math.max(...clients.map(firstSent))
+  const to = Math.min(...clients.map(lastSent))
   const chunks = clients.flat(2).filter((chunk) => chunk.sentAt >= from && chunk.sentAt <= to)
   return Object.assign(chunks, { from, to })
 }
