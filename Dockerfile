@@ -31,5 +31,5 @@ EXPOSE 3000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD node -e "fetch('http://127.0.0.1:'+(process.env.PORT||3000)+'/healthz').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
 ENTRYPOINT ["/usr/bin/tini", "--"]
-# The Node flags of `npm start` (package.json): a young generation of at most 2 × 32 MB (README, Operations).
+# The Node flags of `npm start` (package.json): a young generation of at most 2 × 32 MB (README, "Running it in production").
 CMD ["node", "--max-semi-space-size=32", "src/server.ts"]
