@@ -7,15 +7,12 @@
  * between two GCs can only make it lower than the truth, and only by what a major GC frees.
  */
 import { GCProfiler, getHeapStatistics } from 'node:v8'
-import type { PauseTotals } from './service-watch.ts'
-
-/** GCs pausing the main thread at least this long are counted apart (as the watch's PAUSE_MS). */
-const LONG_MS = 5
+import { add, totals, type PauseTotals } from './pause-totals.ts'
 
 export interface HeapSample {
   /** Bytes allocated on V8's heap since the previous sample (or the start). */
   allocatedBytes: number
-  /** The GCs since then: count, total and longest main-thread pause (ms), and how many paused LONG_MS or more. */
+  /** The GCs since then: count, total and longest main-thread pause (ms), and how many paused PAUSE_MS or more. */
   gc: PauseTotals
 }
 
@@ -37,17 +34,13 @@ export function watchHeap(): { sample(): HeapSample } {
       const statistics = profiler.stop().statistics as unknown as GcRecord[]
       profiler = new GCProfiler()
       profiler.start()
-      const gc: PauseTotals = { count: 0, totalMs: 0, maxMs: 0, long: 0 }
+      const gc = totals()
       let allocatedBytes = 0
       let left = usedAtStart
       for (const { cost, beforeGC, afterGC } of statistics) {
         allocatedBytes += Math.max(0, beforeGC.heapStatistics.usedHeapSize - left)
         left = afterGC.heapStatistics.usedHeapSize
-        const ms = cost / 1000
-        gc.count++
-        gc.totalMs += ms
-        gc.maxMs = Math.max(gc.maxMs, ms)
-        if (ms >= LONG_MS) gc.long++
+        add(gc, cost / 1000)
       }
       allocatedBytes += Math.max(0, used - left)
       usedAtStart = used

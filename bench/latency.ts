@@ -4,7 +4,8 @@ import { AgentdClient, callJson, cpuMeter, originOf, startBareAgentProcess, star
 import { printCpuProfile } from './cpu-profile.ts'
 import { fmt, percentile, printTable } from './report.ts'
 import type { HeapSample } from './heap-watch.ts'
-import { PAUSE_MS, watchService, type Pause, type ServiceSample } from './service-watch.ts'
+import { PAUSE_MS } from './pause-totals.ts'
+import { watchService, type Pause, type ServiceSample } from './service-watch.ts'
 import { preciseNow } from './stamping-model.ts'
 
 const CHUNKS = 20

@@ -18,23 +18,13 @@ import { PerformanceObserver, constants, createHistogram } from 'node:perf_hooks
 import { DatabaseSync, StatementSync } from 'node:sqlite'
 import type { EventBus } from '../src/events/event-bus.ts'
 import { watchHeap, type HeapSample } from './heap-watch.ts'
+import { PAUSE_MS, add, totals, type PauseTotals } from './pause-totals.ts'
 import { fromPerformanceNow, preciseNow } from './stamping-model.ts'
 
-/** Pauses at least this long are listed one by one. */
-export const PAUSE_MS = 5
 /** A COMMIT that rewound the WAL is listed as a pause when it took this long (see watchService). */
 const RESTART_PAUSE_MS = 1
 /** The watch's timer: a shorter interval gives a finer CPU clock at more wake-ups. */
 const TICK_MS = 5
-
-/** Count, sum and longest of a kind of pause, in ms. */
-export interface PauseTotals {
-  count: number
-  totalMs: number
-  maxMs: number
-  /** How many lasted PAUSE_MS or more. */
-  long: number
-}
 
 /** One pause of PAUSE_MS or more: when it ended (preciseNow) and how long it lasted. */
 export interface Pause {
@@ -85,13 +75,6 @@ export interface ServiceSample {
   heap: HeapSample
 }
 
-const totals = (): PauseTotals => ({ count: 0, totalMs: 0, maxMs: 0, long: 0 })
-const add = (t: PauseTotals, ms: number) => {
-  t.count++
-  t.totalMs += ms
-  if (ms > t.maxMs) t.maxMs = ms
-  if (ms >= PAUSE_MS) t.long++
-}
 
 /**
  * The main thread's time on a CPU and waiting for one, in ms, from Linux's schedstat ("<on cpu
