@@ -73,10 +73,13 @@ export async function run(): Promise<void> {
     let loadedCpu = ''
     let staggeredCpu = ''
     let cpu: { stop(): string } | undefined
-    // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the runs stream at once, and nothing else;
-    // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead.
+    // BENCH_LATENCY_PROF=<file>: agentd's CPU profiled while the rounds' runs stream at once, and nothing else;
+    // BENCH_LATENCY_HEAP_PROF=<file>: what it allocated meanwhile (sampled), instead;
+    // BENCH_LATENCY_PROF_PHASE=staggered: either profile covers the staggered phase instead of the rounds.
     const heapProfile = process.env['BENCH_LATENCY_HEAP_PROF']
     const profile = heapProfile ?? process.env['BENCH_LATENCY_PROF']
+    const profileStaggered = process.env['BENCH_LATENCY_PROF_PHASE'] === 'staggered'
+    const profiled = profileStaggered ? `${CONCURRENT} runs streamed staggered` : `${CONCURRENT} runs streamed at once`
     const { alone, loaded, rounds, staggered } = await measure(agentd, {
       async warmed() {
         await watched.ask<ServiceSample>('sample')
@@ -85,18 +88,20 @@ export async function run(): Promise<void> {
       async aloneDone() {
         aloneService = await watched.ask<ServiceSample>('sample')
         aloneClient = client.sample()
-        if (profile) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
+        if (profile && !profileStaggered) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
         cpu = cpuMeter({ agentd: watched.pid, model: model.pid })
       },
       async loadedDone() {
         loadedCpu = cpu?.stop() ?? ''
-        if (profile) await watched.ask('profiled', profile)
+        if (profile && !profileStaggered) await watched.ask('profiled', profile)
         loadedService = await watched.ask<ServiceSample>('sample')
         loadedClient = client.sample()
+        if (profile && profileStaggered) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
         cpu = cpuMeter({ agentd: watched.pid, model: model.pid })
       },
       async staggeredDone() {
         staggeredCpu = cpu?.stop() ?? ''
+        if (profile && profileStaggered) await watched.ask('profiled', profile)
         staggeredService = await watched.ask<ServiceSample>('sample')
         staggeredClient = client.sample()
       }
@@ -215,8 +220,8 @@ export async function run(): Promise<void> {
     // BENCH_LATENCY_DUMP=<file>: every chunk and every pause, for a closer look.
     const dump = process.env['BENCH_LATENCY_DUMP']
     if (dump) writeFileSync(dump, JSON.stringify({ alone, loaded, rounds, staggered, aloneService, loadedService, staggeredService, bareAgent: bareRuns }))
-    if (profile && !heapProfile) printCpuProfile(profile, `agentd CPU profile while ${CONCURRENT} runs streamed at once`)
-    if (heapProfile) console.log(`agentd's allocations while ${CONCURRENT} runs streamed at once: ${heapProfile} (Chrome DevTools, Memory tab)`)
+    if (profile && !heapProfile) printCpuProfile(profile, `agentd CPU profile while ${profiled}`)
+    if (heapProfile) console.log(`agentd's allocations while ${profiled}: ${heapProfile} (Chrome DevTools, Memory tab)`)
   } finally {
     await agentd.close()
     await service?.close()
