@@ -78,8 +78,15 @@ export async function run(): Promise<void> {
     // BENCH_LATENCY_PROF_PHASE=staggered: either profile covers the staggered phase instead of the rounds.
     const heapProfile = process.env['BENCH_LATENCY_HEAP_PROF']
     const profile = heapProfile ?? process.env['BENCH_LATENCY_PROF']
-    const profileStaggered = process.env['BENCH_LATENCY_PROF_PHASE'] === 'staggered'
-    const profiled = profileStaggered ? `${CONCURRENT} runs streamed staggered` : `${CONCURRENT} runs streamed at once`
+    const profiledPhase = process.env['BENCH_LATENCY_PROF_PHASE'] === 'staggered' ? 'staggered' : 'at once'
+    const profiled = `${CONCURRENT} runs streamed ${profiledPhase}`
+    // The profile starts and stops around the phase it covers; for the other phase these do nothing.
+    const profileFrom = async (phase: typeof profiledPhase) => {
+      if (profile && phase === profiledPhase) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
+    }
+    const profileUntil = async (phase: typeof profiledPhase) => {
+      if (profile && phase === profiledPhase) await watched.ask('profiled', profile)
+    }
     const { alone, loaded, rounds, staggered } = await measure(agentd, {
       async warmed() {
         await watched.ask<ServiceSample>('sample')
@@ -88,20 +95,20 @@ export async function run(): Promise<void> {
       async aloneDone() {
         aloneService = await watched.ask<ServiceSample>('sample')
         aloneClient = client.sample()
-        if (profile && !profileStaggered) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
+        await profileFrom('at once')
         cpu = cpuMeter({ agentd: watched.pid, model: model.pid })
       },
       async loadedDone() {
         loadedCpu = cpu?.stop() ?? ''
-        if (profile && !profileStaggered) await watched.ask('profiled', profile)
+        await profileUntil('at once')
         loadedService = await watched.ask<ServiceSample>('sample')
         loadedClient = client.sample()
-        if (profile && profileStaggered) await watched.ask('profile', heapProfile ? 'heap' : 'cpu')
+        await profileFrom('staggered')
         cpu = cpuMeter({ agentd: watched.pid, model: model.pid })
       },
       async staggeredDone() {
         staggeredCpu = cpu?.stop() ?? ''
-        if (profile && profileStaggered) await watched.ask('profiled', profile)
+        await profileUntil('staggered')
         staggeredService = await watched.ask<ServiceSample>('sample')
         staggeredClient = client.sample()
       }

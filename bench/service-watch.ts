@@ -75,7 +75,6 @@ export interface ServiceSample {
   heap: HeapSample
 }
 
-
 /**
  * The main thread's time on a CPU and waiting for one, in ms, from Linux's schedstat ("<on cpu
  * ns> <waiting on a run queue ns> <timeslices>"), read again through a descriptor kept open;
