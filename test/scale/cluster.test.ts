@@ -119,6 +119,25 @@ t.test('three processes on one PostgreSQL: any process takes any request', async
     t.ok(dones.every((e) => e.data.reason === 'completed'))
   })
 
+  t.test('12 messages with onBusy reject sent at once through three processes: exactly one run is accepted', async (t) => {
+    const session = (await api(a, 'POST', '/v1/sessions', {})).json
+    devModel.script({ text: 'the one that got in', delayMs: 300 })
+    const servers = [a, b, c]
+    const answers = await Promise.all(Array.from({ length: 12 }, (_, i) =>
+      api(servers[i % 3]!, 'POST', `/v1/sessions/${session.id}/messages`, { content: `m${i}` })))
+    const accepted = answers.filter((r) => r.status === 202)
+    t.equal(accepted.length, 1, 'one admission saw the session idle; every other one saw its run')
+    const refused = answers.filter((r) => r.status === 409)
+    t.equal(refused.length, 11)
+    t.ok(refused.every((r) => r.json.error.code === 'SESSION_BUSY' && r.json.error.details.activeRunId === accepted[0]?.json.run.id),
+      'each refusal names the run that got in')
+    const events = await cluster.until(async () => {
+      const all = await cluster.events(a, session.id)
+      return all.some((e) => e.type === 'done') ? all : undefined
+    }, 10_000, 'the run done')
+    t.same(new Set(events.filter((e) => e.runId).map((e) => e.runId)), new Set([accepted[0]?.json.run.id]), 'no refused message left a run')
+  })
+
   t.test('messages accepted one after another through different processes run in the order accepted', async (t) => {
     const session = (await api(a, 'POST', '/v1/sessions', {})).json
     devModel.script({ text: 'slow', delayMs: 300 })
