@@ -112,3 +112,24 @@ t.test('.env.example lists every variable the schema reads', async (t) => {
   const listed = new Set([...example.matchAll(/^#?\s*([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]))
   t.same([...listed].sort(), Object.keys(EnvSchema.properties).sort())
 })
+
+t.test("the README's Configuration table lists every variable the schema reads, with its default", async (t) => {
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
+  const start = readme.indexOf('\n## Configuration')
+  const section = readme.slice(start, readme.indexOf('\n## ', start + 1))
+  // A row: | `NAME`, `OTHER` | `default`, `other` (or "unset", "empty") | what it does |
+  const documented = new Map<string, string>()
+  for (const row of section.split('\n').filter((line) => line.startsWith('| `'))) {
+    const [names = '', defaults = ''] = row.slice(2).split(' | ')
+    const values = [...defaults.matchAll(/`([^`]*)`/g)].map((m) => m[1] ?? '')
+    ;[...names.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].forEach((m, i) => documented.set(m[1] ?? '', values[i] ?? values[0] ?? defaults.trim()))
+  }
+  for (const [name, schema] of Object.entries(EnvSchema.properties)) {
+    t.ok(documented.has(name), `${name} has a row`)
+    const fallback = (schema as { default?: unknown }).default
+    if (documented.has(name) && typeof fallback === 'string') {
+      t.equal(documented.get(name), fallback === '' ? 'empty' : fallback, `${name}: the README gives the schema's default`)
+    }
+  }
+  t.same([...documented.keys()].filter((name) => !(name in EnvSchema.properties)), [], 'no row for a variable agentd does not read')
+})
