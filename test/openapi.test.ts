@@ -13,6 +13,20 @@ t.test('openapi/openapi.json is what the app serves (run `npm run openapi` after
   t.equal(await renderOpenApiDocument(), committed)
 })
 
+t.test("the README's API table names every operation of the document, and only those", async (t) => {
+  const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
+  const served = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, methods]) =>
+    Object.keys(methods).map((method) => `${method.toUpperCase()} ${path}`))
+  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+  const start = readme.indexOf('\n## The API at a glance')
+  const table = readme.slice(start, readme.indexOf('\n### ', start)).split('\n').filter((line) => line.startsWith('| `'))
+  const listed = table.flatMap((row) => [...(row.split(' | ')[0] ?? '').matchAll(/`(GET|POST|PUT|PATCH|DELETE) ([^`?\s]+)/g)]
+    .map((m) => `${m[1]} ${m[2]}`))
+  t.same(served.filter((op) => !listed.includes(op)), [], 'every operation has a row')
+  // The document and its UI are served beside the API, not described in it.
+  t.same(listed.filter((op) => !served.includes(op) && op !== 'GET /openapi.json' && op !== 'GET /docs'), [], 'every row is an operation')
+})
+
 t.test('every operation has a summary, tags and an error envelope response', async (t) => {
   const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
   t.equal(doc.openapi, '3.1.0')
