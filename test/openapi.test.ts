@@ -27,6 +27,18 @@ t.test("the README's API table names every operation of the document, and only t
   t.same(listed.filter((op) => !served.includes(op) && op !== 'GET /openapi.json' && op !== 'GET /docs'), [], 'every row is an operation')
 })
 
+t.test('the README lists every error code of the catalogue with its status', async (t) => {
+  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+  const start = readme.indexOf('**Every non-2xx response**')
+  const paragraph = readme.slice(start, readme.indexOf('\n\n', start)).replace(/\s+/g, ' ')
+  // Codes are listed in groups, each followed by its status: `A`, `B` (409), `C` (413) …
+  const listed = new Map<string, number>()
+  for (const [, codes = '', status] of paragraph.matchAll(/((?:`[A-Z_]+`,? ?)+)\((\d{3})/g)) {
+    for (const [, code] of codes.matchAll(/`([A-Z_]+)`/g)) listed.set(code ?? '', Number(status))
+  }
+  t.same(Object.fromEntries(listed), Object.fromEntries(Object.entries(API_ERRORS).map(([code, e]) => [code, e.status])))
+})
+
 t.test('every operation has a summary, tags and an error envelope response', async (t) => {
   const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
   t.equal(doc.openapi, '3.1.0')
