@@ -113,12 +113,15 @@ const eventTypeSchemas = [
     tokensAfter: Type.Integer({ minimum: 0 }),
     method: Type.String()
   }), 'the history was fitted into the context window (SPEC 12)'),
-  eventOf('HookDecidedEvent', 'monitor', 'hook_decided', Type.Object({
-    hook: Type.String(),
+  eventOf('HookDecidedEvent', 'control', 'hook_decided', Type.Object({
+    hook: Type.String({ description: "the hook's name" }),
     callId: Type.String(),
-    decision: StringEnum(['allow', 'deny', 'ask']),
-    reason: Type.Optional(Type.Union([Type.String(), Type.Null()]))
-  }), 'a preToolUse hook decided on a call (SPEC 15)')
+    decision: StringEnum(['allow', 'deny', 'ask', 'replace', 'keep', 'withhold'], {
+      description: 'preToolUse: allow, deny or ask (for a person\'s approval); postToolUse: replace or keep what the model reads, or withhold it (a failed hook with onFailure deny)'
+    }),
+    reason: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+    input: Type.Optional(Type.Unknown({ description: 'the input a preToolUse hook rewrote the call to' }))
+  }), 'a preToolUse or postToolUse hook decided on a call')
 ] as const
 
 const fixedTypeSchemas = eventTypeSchemas.filter((schema) => schema.$id !== ToolProgressEventSchema.$id)

@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { startDevModel } from '../../src/model/dev-model.ts'
 import { tempDir, type TapTest } from '../helpers/app.ts'
+import { undocumentedEvents } from '../helpers/event-document.ts'
 import { until, startServer, type ServerProcess } from '../helpers/server-process.ts'
 import { readSse, type StreamedEvent } from '../helpers/sse.ts'
 
@@ -49,6 +50,7 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     t.same(after.slice(-3).map((e) => e.type), ['error', 'state_changed', 'done'])
     t.same(after.at(-1)?.data.reason, 'failed')
     t.same(after.map((e) => e.seq), after.map((_, i) => i + 1), 'seq stays gap-free')
+    t.same(undocumentedEvents(after), [], 'every event, run_recovered included, matches the OpenAPI document')
     const run = await api('GET', `/v1/sessions/${sessionId}/runs/${runId}`)
     t.equal(run.json.status, 'failed')
     t.match(run.json.error, { errorType: 'exception' })

@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { buildTestApp, type TapTest, type TestApp } from '../helpers/app.ts'
+import { undocumentedEvents } from '../helpers/event-document.ts'
 import { deadUrl, expectedSignature, hooksEnv, startHookServer, type HookAnswer } from '../helpers/hook-server.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
 
@@ -18,8 +19,14 @@ async function runCalls(ctx: TestApp, sessionBody: object, calls: Array<{ name: 
   return { session, run: res.json().run, ...(await observe(ctx, session.id)) }
 }
 
+/** The session's events; every one of them must match the OpenAPI document's Event union, as a generated client would check. */
 async function observeEvents(ctx: TestApp, sessionId: string): Promise<StreamedEvent[]> {
-  return (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data
+  const events: StreamedEvent[] = (await ctx.app.inject({
+    method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' }
+  })).json().data
+  const undocumented = undocumentedEvents(events)
+  if (undocumented.length > 0) throw new Error(`events the OpenAPI document does not describe:\n${undocumented.join('\n')}`)
+  return events
 }
 
 /**

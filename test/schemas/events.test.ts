@@ -1,20 +1,7 @@
-import { readFileSync } from 'node:fs'
-import { Ajv2020 } from 'ajv/dist/2020.js'
-import addFormats from 'ajv-formats'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { validatorOf } from '../helpers/event-document.ts'
 import { readSse, type StreamedEvent } from '../helpers/sse.ts'
-
-const doc = JSON.parse(readFileSync(new URL('../../openapi/openapi.json', import.meta.url), 'utf8'))
-
-/** A validator of one component of the committed document, with the document's references resolving. */
-function validatorOf(name: string) {
-  // `discriminator` is OpenAPI's, not JSON Schema's: ajv would refuse it as an unknown keyword.
-  const ajv = new Ajv2020({ strict: false, allErrors: true })
-  addFormats.default(ajv)
-  ajv.addSchema({ $id: 'doc', components: doc.components }, 'doc')
-  return ajv.compile({ $ref: `doc#/components/schemas/${name}` })
-}
 
 t.test('every event a run emits matches the document\'s Event union, in the JSON page and on the SSE stream', async (t) => {
   const validate = validatorOf('Event')

@@ -952,14 +952,14 @@ export interface components {
                 method: string;
             };
         };
-        /** @description a preToolUse hook decided on a call (SPEC 15) */
+        /** @description a preToolUse or postToolUse hook decided on a call */
         HookDecidedEvent: {
             /** @description per session: 1, 2, 3 … without gaps; the SSE id */
             seq: number;
             sessionId: string;
             runId: string | null;
             /** @constant */
-            channel: "monitor";
+            channel: "control";
             /**
              * @description discriminator enum property added by openapi-typescript
              * @enum {string}
@@ -970,11 +970,17 @@ export interface components {
             /** @description X-Request-Id of the request that started the run */
             requestId: string | null;
             data: {
+                /** @description the hook's name */
                 hook: string;
                 callId: string;
-                /** @enum {string} */
-                decision: "allow" | "deny" | "ask";
+                /**
+                 * @description preToolUse: allow, deny or ask (for a person's approval); postToolUse: replace or keep what the model reads, or withhold it (a failed hook with onFailure deny)
+                 * @enum {string}
+                 */
+                decision: "allow" | "deny" | "ask" | "replace" | "keep" | "withhold";
                 reason?: string | null;
+                /** @description the input a preToolUse hook rewrote the call to */
+                input?: unknown;
             };
         };
         CoreEvent: components["schemas"]["TextChunkStartEvent"] | components["schemas"]["TextChunkEvent"] | components["schemas"]["TextChunkEndEvent"] | components["schemas"]["ThinkChunkStartEvent"] | components["schemas"]["ThinkChunkEvent"] | components["schemas"]["ThinkChunkEndEvent"] | components["schemas"]["ToolStartEvent"] | components["schemas"]["ToolEndEvent"] | components["schemas"]["ToolErrorEvent"] | components["schemas"]["DoneEvent"] | components["schemas"]["PermissionRequiredEvent"] | components["schemas"]["PermissionDecidedEvent"] | components["schemas"]["ToolResultRequiredEvent"] | components["schemas"]["StateChangedEvent"] | components["schemas"]["StepCompleteEvent"] | components["schemas"]["TokenUsageEvent"] | components["schemas"]["ModelRetryEvent"] | components["schemas"]["ToolExecutedEvent"] | components["schemas"]["ErrorEvent"] | components["schemas"]["RunRecoveredEvent"] | components["schemas"]["ContextCompactedEvent"] | components["schemas"]["HookDecidedEvent"];

@@ -2,6 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { buildTestApp, type TestApp } from '../../helpers/app.ts'
+import { undocumentedEvents } from '../../helpers/event-document.ts'
 import type { StreamedEvent } from '../../helpers/sse.ts'
 
 type Sent = { role: string; content: string | null; tool_calls?: Array<{ id: string }>; tool_call_id?: string }
@@ -88,6 +89,7 @@ t.test('a session driven past ten times its window keeps answering, with summari
   t.match(last.at(-1), { role: 'user', content: /^turn 39:/ }, 'the latest user message always stays')
 
   const events = await eventsOf(ctx, sessionId)
+  t.same(undocumentedEvents(events), [], 'every event, context_compacted included, matches the OpenAPI document')
   const compactions = events.filter((e) => e.type === 'context_compacted')
   t.equal(compactions.filter((e) => e.data.method === 'summary').length, summaries.length)
   const usages = events.filter((e) => e.type === 'token_usage')
