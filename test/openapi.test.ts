@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { API_ERRORS } from '../src/http/errors.ts'
+import { buildTestApp } from './helpers/app.ts'
 import { renderOpenApiDocument } from '../src/openapi-document.ts'
 
 const run = promisify(execFile)
@@ -37,6 +38,29 @@ t.test('the README lists every error code of the catalogue with its status', asy
     for (const [, code] of codes.matchAll(/`([A-Z_]+)`/g)) listed.set(code ?? '', Number(status))
   }
   t.same(Object.fromEntries(listed), Object.fromEntries(Object.entries(API_ERRORS).map(([code, e]) => [code, e.status])))
+})
+
+t.test('every operation that takes a body answers a bad one with 400, 413 or 415 in the envelope, and declares each', async (t) => {
+  const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
+  const { app } = await buildTestApp(t, { env: { AGENTD_BODY_LIMIT: '2048' } })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  const bodies = [
+    { status: 415, headers: { 'content-type': 'text/plain' }, payload: 'hello' },
+    { status: 413, headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ content: 'x'.repeat(4096) }) },
+    { status: 400, headers: { 'content-type': 'application/json' }, payload: '{"content":' }
+  ]
+  for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
+    for (const [method, op] of Object.entries(methods)) {
+      if (method !== 'post' && method !== 'delete') continue
+      const url = path.replace('{id}', session.id).replace('{callId}', 'call_1')
+      for (const { status, headers, payload } of bodies) {
+        const res = await app.inject({ method: method.toUpperCase() as 'POST' | 'DELETE', url, headers, payload })
+        t.equal(res.statusCode, status, `${method.toUpperCase()} ${path} answers ${status}`)
+        t.ok(res.json().error?.code, `${method.toUpperCase()} ${path}: ${status} in the envelope`)
+        t.ok(op.responses[String(status)], `${method.toUpperCase()} ${path} declares ${status}`)
+      }
+    }
+  }
 })
 
 t.test('every operation has a summary, tags and an error envelope response', async (t) => {

@@ -118,7 +118,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'interruptRun',
       summary: 'Cancel the active run; answers once it has stopped',
       params: SessionParamsSchema,
-      response: { 202: answer('The run, stopped (status cancelled)', ref(RunSchema)), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
+      response: { 202: answer('The run, stopped (status cancelled)', ref(RunSchema)), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
     }
   }, async (request, reply) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -133,7 +133,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Allow or deny a tool call that waits for approval',
       params: CallParamsSchema,
       body: ApprovalBodySchema,
-      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 422, 429, 500, 503) }
+      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
@@ -148,7 +148,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Deliver the result of a client-side tool call',
       params: CallParamsSchema,
       body: ToolResultBodySchema,
-      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 413, 422, 429, 500, 503) }
+      response: { 200: answer('Taken; the run goes on', AckSchema), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)

@@ -180,7 +180,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       operationId: 'deleteSession',
       summary: 'Delete a session, cancelling its active run first',
       params: SessionParamsSchema,
-      response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 404, 429, 500, 503) }
+      response: { 204: { type: 'null', description: 'Deleted' }, ...errorResponses(400, 401, 404, 413, 415, 429, 500, 503) }
     }
   }, async (request, reply) => {
     const { id } = request.params
