@@ -17,7 +17,7 @@ export function validatorOf(name: string): ValidateFunction {
 let eventValidator: ((event: unknown) => boolean) & { errors?: ValidateFunction['errors'] } | undefined
 
 /**
- * The events that do not match the document's Event union, each as "seq type: the first errors":
+ * The events that do not match the document's Event union, each as "seq type on channel: the first errors":
  * what a client generated from the document would refuse. Empty when every event matches.
  */
 export function undocumentedEvents(events: StreamedEvent[]): string[] {
