@@ -25,8 +25,12 @@ function slug(heading: string): string {
     .replace(/\s/g, '-')
 }
 
-/** Every heading anchor of a Markdown text (outside fenced code blocks). */
-function anchorsOf(text: string): Set<string> {
+/** Every heading anchor of a Markdown file (outside fenced code blocks), read once per file. */
+const anchorsByFile = new Map<string, Set<string>>()
+function anchorsOf(file: string): Set<string> {
+  const known = anchorsByFile.get(file)
+  if (known) return known
+  const text = readFileSync(file, 'utf8')
   const anchors = new Set<string>()
   let fenced = false
   for (const line of text.split('\n')) {
@@ -34,6 +38,7 @@ function anchorsOf(text: string): Set<string> {
     const heading = !fenced && /^#{1,6}\s+(.*)$/.exec(line)
     if (heading) anchors.add(slug(heading[1] ?? ''))
   }
+  anchorsByFile.set(file, anchors)
   return anchors
 }
 
@@ -62,7 +67,7 @@ for (const file of files) {
       if (inside.startsWith('..')) continue
       t.ok(existsSync(resolved), `${target}: ${inside} exists`)
       if (anchor !== undefined && resolved.endsWith('.md') && existsSync(resolved)) {
-        t.ok(anchorsOf(readFileSync(resolved, 'utf8')).has(anchor), `${target}: ${inside} has a heading #${anchor}`)
+        t.ok(anchorsOf(resolved).has(anchor), `${target}: ${inside} has a heading #${anchor}`)
       }
     }
   })

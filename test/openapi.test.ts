@@ -9,16 +9,20 @@ import { renderOpenApiDocument } from '../src/openapi-document.ts'
 
 const run = promisify(execFile)
 
+/** The committed document (the first test checks it is what the app serves), its operations, and the README that lists them. */
+const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
+const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, methods]) =>
+  Object.entries(methods).map(([method, op]) => ({ path, method, name: `${method.toUpperCase()} ${path}`, op }))
+)
+const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+
 t.test('openapi/openapi.json is what the app serves (run `npm run openapi` after changing a route)', async (t) => {
   const committed = readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8')
   t.equal(await renderOpenApiDocument(), committed)
 })
 
 t.test("the README's API table names every operation of the document, and only those", async (t) => {
-  const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
-  const served = Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, methods]) =>
-    Object.keys(methods).map((method) => `${method.toUpperCase()} ${path}`))
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+  const served = operations.map((op) => op.name)
   const start = readme.indexOf('\n## The API at a glance')
   const table = readme.slice(start, readme.indexOf('\n### ', start)).split('\n').filter((line) => line.startsWith('| `'))
   const listed = table.flatMap((row) => [...(row.split(' | ')[0] ?? '').matchAll(/`(GET|POST|PUT|PATCH|DELETE) ([^`?\s]+)/g)]
@@ -29,7 +33,6 @@ t.test("the README's API table names every operation of the document, and only t
 })
 
 t.test('the README lists every error code of the catalogue with its status', async (t) => {
-  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
   const start = readme.indexOf('**Every non-2xx response**')
   const paragraph = readme.slice(start, readme.indexOf('\n\n', start)).replace(/\s+/g, ' ')
   // Codes are listed in groups, each followed by its status: `A`, `B` (409), `C` (413) …
@@ -41,7 +44,6 @@ t.test('the README lists every error code of the catalogue with its status', asy
 })
 
 t.test('every operation that takes a body answers a bad one with 400, 413 or 415 in the envelope, and declares each', async (t) => {
-  const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
   const { app } = await buildTestApp(t, { env: { AGENTD_BODY_LIMIT: '2048' } })
   const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
   const bodies = [
@@ -49,27 +51,21 @@ t.test('every operation that takes a body answers a bad one with 400, 413 or 415
     { status: 413, headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ content: 'x'.repeat(4096) }) },
     { status: 400, headers: { 'content-type': 'application/json' }, payload: '{"content":' }
   ]
-  for (const [path, methods] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
-    for (const [method, op] of Object.entries(methods)) {
-      if (method !== 'post' && method !== 'delete') continue
-      const url = path.replace('{id}', session.id).replace('{callId}', 'call_1')
-      for (const { status, headers, payload } of bodies) {
-        const res = await app.inject({ method: method.toUpperCase() as 'POST' | 'DELETE', url, headers, payload })
-        t.equal(res.statusCode, status, `${method.toUpperCase()} ${path} answers ${status}`)
-        t.ok(res.json().error?.code, `${method.toUpperCase()} ${path}: ${status} in the envelope`)
-        t.ok(op.responses[String(status)], `${method.toUpperCase()} ${path} declares ${status}`)
-      }
+  for (const { path, method, name, op } of operations) {
+    if (method !== 'post' && method !== 'delete') continue
+    const url = path.replace('{id}', session.id).replace('{callId}', 'call_1')
+    for (const { status, headers, payload } of bodies) {
+      const res = await app.inject({ method: method.toUpperCase() as 'POST' | 'DELETE', url, headers, payload })
+      t.equal(res.statusCode, status, `${name} answers ${status}`)
+      t.ok(res.json().error?.code, `${name}: ${status} in the envelope`)
+      t.ok(op.responses[String(status)], `${name} declares ${status}`)
     }
   }
 })
 
 t.test('every operation has a summary, tags and an error envelope response', async (t) => {
-  const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
   t.equal(doc.openapi, '3.1.0')
   t.ok(doc.components.schemas.ErrorEnvelope, 'ErrorEnvelope is a component')
-  const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, methods]) =>
-    Object.entries(methods).map(([method, op]) => ({ name: `${method.toUpperCase()} ${path}`, op }))
-  )
   t.ok(operations.length >= 6, 'has the routes')
   for (const { name, op } of operations) {
     t.ok(op.summary, `${name} has a summary`)
@@ -83,11 +79,6 @@ t.test('every operation has a summary, tags and an error envelope response', asy
     }
   }
 })
-
-const doc = JSON.parse(readFileSync(new URL('../openapi/openapi.json', import.meta.url), 'utf8'))
-const operations = Object.entries(doc.paths as Record<string, Record<string, any>>).flatMap(([path, methods]) =>
-  Object.entries(methods).map(([method, op]) => ({ path, method, name: `${method.toUpperCase()} ${path}`, op }))
-)
 
 t.test('@redocly/cli lint with its recommended rules finds no error (offline)', async (t) => {
   const bin = fileURLToPath(new URL('../node_modules/.bin/redocly', import.meta.url))
