@@ -48,7 +48,7 @@ import { version } from './version.ts'
 export interface ServiceState {
   /** Set on SIGTERM: new requests get 503 UNAVAILABLE, /readyz turns 503. */
   draining: boolean
-  /** The last store write failure, reported by /readyz until a write succeeds again. */
+  /** The newest store failure, reported by /readyz until the same call succeeds again or it is 30 s old (src/store/observed.ts). */
   storeFailure: string | null
 }
 

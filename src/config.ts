@@ -27,6 +27,7 @@ export const EnvSchema = Type.Object({
     Type.String({ pattern: '^postgres(ql)?://', description: 'a postgres:// connection URL' })
   ),
   AGENTD_RUN_LEASE_MS: integer('an integer of milliseconds from 500 to 600000', '15000'),
+  AGENTD_STORE_TIMEOUT_MS: integer('an integer of milliseconds from 1000 to 600000', '30000'),
   AGENTD_REDIS_URL: Type.Optional(Type.String({ pattern: '^rediss?://', description: 'a redis:// or rediss:// connection URL' })),
   OPENAI_API_KEY: Type.Optional(Type.String({ description: 'the model provider API key' })),
   OPENAI_BASE_URL: Type.Optional(Type.String({ pattern: '^https?://', description: 'an http(s):// base URL of an OpenAI-compatible API' })),
@@ -92,6 +93,8 @@ export interface Config {
   databaseUrl: string | undefined
   /** How long a process's claim on a run holds without its heartbeat (PostgreSQL); the failover time. */
   runLeaseMs: number
+  /** How long one PostgreSQL statement may wait for its answer before it fails (a database that stopped answering). */
+  storeTimeoutMs: number
   /** Redis for shared rate limits, stream caps and wake-ups between processes; unset = per process. */
   redisUrl: string | undefined
   openai: { apiKey: string | undefined; baseURL: string | undefined }
@@ -150,6 +153,7 @@ export class ConfigError extends Error {
 const ranges: Partial<Record<keyof Env, [number, number]>> = {
   PORT: [0, 65535],
   AGENTD_RUN_LEASE_MS: [500, 600_000],
+  AGENTD_STORE_TIMEOUT_MS: [1000, 600_000],
   AGENTD_MAX_STEPS: [1, 1000],
   AGENTD_TOOL_TIMEOUT_MS: [100, 3_600_000],
   AGENTD_CONTEXT_TOKENS: [256, 10_000_000],
@@ -252,6 +256,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Readonly<Co
     db: env.AGENTD_DB,
     databaseUrl: env.DATABASE_URL,
     runLeaseMs: Number(env.AGENTD_RUN_LEASE_MS),
+    storeTimeoutMs: Number(env.AGENTD_STORE_TIMEOUT_MS),
     redisUrl: env.AGENTD_REDIS_URL,
     openai: { apiKey: env.OPENAI_API_KEY, baseURL: env.OPENAI_BASE_URL },
     useDevModel: !env.OPENAI_API_KEY && !env.OPENAI_BASE_URL,

@@ -16,9 +16,32 @@ export interface Ports {
   coordinator: RunCoordinator
   /** The Redis connection when AGENTD_REDIS_URL is set (shared rate limits and stream caps), and the key prefix of this deployment. */
   redis: { client: Redis; namespace: string } | null
-  /** Looks for runs whose owner is gone, now and then (a no-op for the embedded store, which recovers at start only). */
+  /**
+   * Runs the recovery now and then: on PostgreSQL for runs whose owner is gone, and on either store
+   * for runs of this process whose end the store failed to record (RunCoordinator.release).
+   */
   startRecovery(recover: () => Promise<unknown>): void
   close(): Promise<void>
+}
+
+/**
+ * On SQLite the recovery has only this process's own runs to look at (those whose end the store
+ * could not record); when there are none it reads nothing.
+ */
+const LOCAL_RECOVERY_MS = 1000
+
+/** Calls `recover` every `intervalMs`, never two at once; a failure is logged and the next tick tries again. */
+function recoverEvery(intervalMs: number, recover: () => Promise<unknown>, log: Logger): NodeJS.Timeout {
+  let running = false
+  const timer = setInterval(() => {
+    if (running) return
+    running = true
+    recover()
+      .catch((err: unknown) => log.error({ err }, 'recovering runs failed; the next recovery tries again'))
+      .finally(() => (running = false))
+  }, intervalMs)
+  timer.unref()
+  return timer
 }
 
 /** The cluster channels, loaded on first use: they bring `pg` and `ioredis`, which one process on SQLite without Redis never needs. */
@@ -37,10 +60,14 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
     const redis = options.redisUrl
       ? await (await channels()).RedisChannel.open(options.redisUrl, 'agentd:local', (err) => log.warn({ err }, 'Redis connection error'))
       : null
+    let recovery: NodeJS.Timeout | undefined
     return {
       bus, coordinator, redis: redis ? { client: redis.client, namespace: 'agentd:local:' } : null,
-      startRecovery: () => undefined,
+      startRecovery(recover) {
+        recovery = recoverEvery(LOCAL_RECOVERY_MS, recover, log)
+      },
       async close() {
+        clearInterval(recovery)
         await coordinator.close()
         await bus.close()
         await redis?.close()
@@ -69,10 +96,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
     bus, coordinator, redis: redis ? { client: redis.client, namespace: `${postgres.name}:` } : null,
     startRecovery(recover) {
       // A dead owner's runs are taken over within its lease plus this interval.
-      recovery = setInterval(() => {
-        recover().catch((err: unknown) => log.error({ err }, 'recovering runs of a process that is gone failed'))
-      }, Math.min(5000, Math.max(100, Math.floor(options.runLeaseMs / 3))))
-      recovery.unref()
+      recovery = recoverEvery(Math.min(5000, Math.max(100, Math.floor(options.runLeaseMs / 3))), recover, log)
     },
     async close() {
       clearInterval(recovery)

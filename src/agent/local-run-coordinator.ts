@@ -3,7 +3,7 @@ import { newId } from '../ids.ts'
 import type { RunRecord, SessionRecord, Store } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
 import type { CallSignal, Cancellation, ClaimedRun, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
-import { waitForRun } from './wait-for-run.ts'
+import { isFinal, waitForRun } from './wait-for-run.ts'
 
 /**
  * A run in a session's queue; `stored` once its row is committed. Only then may it start, unless
@@ -41,6 +41,8 @@ export class LocalRunCoordinator implements RunCoordinator {
   /** Cancels asked for a claimed run before it attached its signals; delivered when it does. */
   readonly #pendingCancels = new Set<string>()
   readonly #queuedListeners = new Set<(sessionId: string) => void>()
+  /** Active runs released without a recorded end (release), by id: the recovery ends them. */
+  readonly #unended = new Map<string, RunRecord>()
   #orphansTaken = false
   #draining = false
 
@@ -120,8 +122,15 @@ export class LocalRunCoordinator implements RunCoordinator {
     }
   }
 
-  async release(run: RunRecord): Promise<void> {
-    this.#free(run.sessionId, run.id)
+  async release(run: RunRecord, ended: boolean): Promise<void> {
+    if (ended) {
+      this.#unended.delete(run.id)
+      this.#free(run.sessionId, run.id)
+    } else {
+      // The store says it still runs: the recovery ends it, and until then its session (when
+      // this process was running it) stays busy.
+      this.#unended.set(run.id, run)
+    }
   }
 
   /** The session's active run has ended (idempotent): the next one may start. */
@@ -159,15 +168,32 @@ export class LocalRunCoordinator implements RunCoordinator {
   }
 
   async orphans(): Promise<RunRecord[]> {
+    const orphans: RunRecord[] = []
     // The store is this process's alone: whatever was unfinished when it opened is orphaned.
-    if (this.#orphansTaken) return []
-    this.#orphansTaken = true
-    return this.#store.listUnfinishedRuns()
+    if (!this.#orphansTaken) {
+      orphans.push(...(await this.#store.listUnfinishedRuns()))
+      this.#orphansTaken = true
+    }
+    // Runs of this process whose end the store failed to record, as the store has them now (a
+    // read that fails leaves them for the next recovery). Each stays here until it is released ended.
+    for (const run of this.#unended.values()) {
+      const stored = await this.#store.getRun(run.sessionId, run.id)
+      if (stored && !isFinal(stored.status)) orphans.push(stored)
+      else await this.release(run, true)
+    }
+    return orphans
   }
 
   async requeue(session: SessionRecord, run: RunRecord): Promise<void> {
-    this.#runsOf(session.id).queue.push({ run, tenant: session.tenant, stored: true, storing: null })
-    this.#count(session.tenant, +1)
+    const runs = this.#runsOf(session.id)
+    if (this.#unended.delete(run.id) && runs.active?.run.id === run.id) {
+      // Released without an end before it had started: it is first in line again, counted already.
+      runs.active = null
+      runs.queue.unshift({ run, tenant: session.tenant, stored: true, storing: null })
+    } else {
+      runs.queue.push({ run, tenant: session.tenant, stored: true, storing: null })
+      this.#count(session.tenant, +1)
+    }
     this.#announce(session.id)
   }
 

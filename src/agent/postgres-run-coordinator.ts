@@ -144,7 +144,8 @@ export class PostgresRunCoordinator implements RunCoordinator {
 
   async release(run: RunRecord): Promise<void> {
     this.#pendingCancels.delete(run.id)
-    // A run whose end could not be stored stays unfinished without an owner: an orphan, ended by the recovery.
+    // Ended or not, the run loses its owner. One whose end could not be stored stays unfinished:
+    // started, it is an orphan that the recovery ends; never started (still queued), it is claimed again.
     await this.#store.pool.query('UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2', [run.id, this.ownerId])
     if (this.#draining) await this.#channel.send({ type: 'queued', from: this.ownerId, sessionId: run.sessionId })
     else this.#announce(run.sessionId)

@@ -15,10 +15,11 @@ export function unfinishedCallError(toolName: string, because = 'the service sto
 }
 
 /**
- * Ends a run whose owner is gone (a crash, kill -9, a peer that died): announces it with
- * run_recovered, seals every call that never got its result, and fails the run.
+ * Ends a run whose owner is gone (a crash, kill -9, a peer that died) or could not record its end
+ * (its store failed): announces it with run_recovered, seals every call that never got its
+ * result, and fails the run. Resolves with whether the end was recorded (endRun).
  */
-export async function abandonAfterRestart(session: SessionRecord, run: RunRecord, deps: RunDependencies): Promise<void> {
+export async function abandonAfterRestart(session: SessionRecord, run: RunRecord, deps: RunDependencies): Promise<boolean> {
   const ctx = new RunContext(session, run, deps, new AbortController().signal)
   const { store } = deps
   const previousStatus = run.status
@@ -37,9 +38,9 @@ export async function abandonAfterRestart(session: SessionRecord, run: RunRecord
   } catch (err) {
     ctx.log.error({ err }, 'could not seal the calls of a recovered run')
   }
-  await endRun(ctx, 'failed', 'failed', classified({
+  return endRun(ctx, 'failed', 'failed', classified({
     errorType: 'exception', code: 'UNKNOWN', fatal: true, retryable: true,
-    message: `The service stopped while this run was ${previousStatus}; the run was ended when it restarted`,
+    message: `The run was ended by recovery while it was ${previousStatus}: the process running it stopped, or could not store its end`,
     recommendations: ['Send the message again to continue; the conversation holds everything committed before the stop.']
   }))
 }

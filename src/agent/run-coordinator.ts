@@ -64,8 +64,13 @@ export interface RunCoordinator {
   claimNext(sessionId: string): Promise<ClaimedRun | null>
   /** Registers the signal handlers of a claimed run; returns the detach. */
   attach(runId: string, signals: RunSignals): () => void
-  /** A claimed run has ended: the session may start its next one. */
-  release(run: RunRecord): Promise<void>
+  /**
+   * A claimed run has stopped executing here. `ended`: its end is in the store, and the session may
+   * start its next run. Otherwise (the store failed to record the end) the run stays unfinished and
+   * its session busy, and `orphans()` offers it to the recovery, which ends it (or queues it again,
+   * when it never started) once the store answers.
+   */
+  release(run: RunRecord, ended: boolean): Promise<void>
   /** Cancels the session's runs (all of them, or the first `limit` in order): queued ones are dequeued, running ones signalled. */
   cancel(sessionId: string, options?: { onlyFirst?: boolean }): Promise<Cancellation>
   /** Hands a decision or a client result to the run waiting on that call. Throws NOT_AWAITING when none does. */

@@ -26,16 +26,26 @@ export async function closeRun(
   await ctx.commit(writes)
 }
 
-/** Ends the run after a failure or interrupt, sealing its open calls; a store that fails here too is logged, never thrown. */
-export async function endRun(ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase = 'system'): Promise<void> {
+/**
+ * Ends the run after a failure or interrupt, sealing its open calls; a store that fails here too
+ * is logged, never thrown. Resolves with whether the end was recorded (or had nothing left to
+ * record, its session gone): a run whose end was not stays unfinished in the store, and its
+ * coordinator has it ended by the recovery once the store answers again (RunCoordinator.release).
+ */
+export async function endRun(
+  ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase = 'system'
+): Promise<boolean> {
   try {
     await sealOpenCalls(ctx)
     await closeRun(ctx, status, reason, error, phase)
+    return true
   } catch (err) {
-    if (!isSessionGone(err)) ctx.log.error({ err, status, reason }, 'could not record the end of the run')
+    const gone = isSessionGone(err)
+    if (!gone) ctx.log.error({ err, status, reason }, 'could not record the end of the run')
     ctx.run.status = status
     ctx.run.error = error
     ctx.run.endedAt ??= now()
+    return gone
   }
 }
 

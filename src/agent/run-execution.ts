@@ -26,6 +26,7 @@ export class RunExecution {
   readonly #ctx: RunContext
   readonly #hooks: ToolCallHooks
   readonly #accepted: Promise<boolean> | null
+  #endRecorded = true
   #usage: Usage = emptyUsage()
 
   /**
@@ -43,6 +44,11 @@ export class RunExecution {
 
   get run(): RunRecord {
     return this.#ctx.run
+  }
+
+  /** Once execute() has resolved: whether the run's end is in the store (or there was nothing to record). */
+  get endRecorded(): boolean {
+    return this.#endRecorded
   }
 
   /** Runs the loop to its end; never throws. */
@@ -82,11 +88,11 @@ export class RunExecution {
         return ctx.run
       }
       if (ctx.signal.aborted) {
-        await endRun(ctx, 'cancelled', 'interrupted', null)
+        this.#endRecorded = await endRun(ctx, 'cancelled', 'interrupted', null)
       } else {
         const failure = err instanceof RunFailure ? err : new RunFailure(serviceFailure(err), 'system')
         if (!(err instanceof RunFailure)) ctx.log.error({ err }, 'run failed unexpectedly')
-        await endRun(ctx, 'failed', 'failed', failure.error, failure.phase)
+        this.#endRecorded = await endRun(ctx, 'failed', 'failed', failure.error, failure.phase)
       }
     }
     return ctx.run
@@ -171,7 +177,7 @@ export class RunExecution {
  * exception, but its message stays in the logs (with the request ID), never in what clients
  * read: a store's error text can hold SQL and file paths.
  */
-function serviceFailure(err: unknown): ClassifiedError {
+export function serviceFailure(err: unknown): ClassifiedError {
   const error = classifyException(err, 'system', { fatal: true })
   return { ...error, message: 'The service failed while running this run (details are in its logs under the request ID); the run was ended' }
 }

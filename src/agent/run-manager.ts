@@ -10,7 +10,9 @@ import { AgentError } from './agent-error.ts'
 import { abandonAfterRestart } from './recovery.ts'
 import type { RetryPolicy } from './retry.ts'
 import type { ApprovalDecision, CallSignal, ClientToolResult, OnBusy, RunCoordinator } from './run-coordinator.ts'
-import { RunExecution, type ExecuteTool, type RunDependencies } from './run-execution.ts'
+import { RunContext } from './run-context.ts'
+import { endRun } from './run-end.ts'
+import { RunExecution, serviceFailure, type ExecuteTool, type RunDependencies } from './run-execution.ts'
 import type { SessionToolSet } from '../tools/tool-set.ts'
 
 export type { OnBusy } from './run-coordinator.ts'
@@ -142,10 +144,11 @@ export class RunManager {
         requeued++
         continue
       }
-      await abandonAfterRestart(session, run, this.#dependencies())
-      // Its session may start its next run now (a peer that died left it claimed).
-      await coordinator.release(run)
-      failed++
+      const ended = await abandonAfterRestart(session, run, this.#dependencies())
+      // Its session may start its next run now (a peer that died left it claimed), unless its
+      // end could not be stored either: then the next recovery tries again.
+      await coordinator.release(run, ended)
+      if (ended) failed++
     }
     if (requeued + failed > 0) logger.warn({ requeued, failed }, 'recovered runs left unfinished by their owner')
     return { requeued, failed }
@@ -258,32 +261,37 @@ export class RunManager {
     void accepted?.then((ok) => {
       if (!ok) execution.controller.abort()
     })
-    void this.#execute(record, execution, accepted).then(async ({ run, tenant }) => {
+    void this.#execute(record, execution, accepted).then(async ({ run, tenant, ended }) => {
       detach()
       this.#executions.delete(record.id)
-      await coordinator.release(record).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
+      await coordinator.release(record, ended).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
       settle(run)
       // A run that never started told the hooks when it was recorded (#endQueued).
       if (tenant !== null) await this.#runEnded(run, tenant)
     })
   }
 
-  /** Runs the claimed run to its end; with the tenant it ran for (null when its session is gone). */
-  /** `accepted`: the admission's outcome, for a run claimed before it was stored (null when it was). */
-  async #execute(record: RunRecord, execution: Execution, accepted: Promise<boolean> | null): Promise<{ run: RunRecord; tenant: string | null }> {
+  /**
+   * Runs the claimed run to its end; with the tenant it ran for (null when its session is gone)
+   * and whether its end is in the store (`ended`: false when the store failed to record it).
+   * `accepted`: the admission's outcome, for a run claimed before it was stored (null when it was).
+   */
+  async #execute(
+    record: RunRecord, execution: Execution, accepted: Promise<boolean> | null
+  ): Promise<{ run: RunRecord; tenant: string | null; ended: boolean }> {
     const { store, logger } = this.#options
     const signal = execution.controller.signal
     const traceparent = this.#traceparents.get(record.id)
     this.#traceparents.delete(record.id)
     // Cancelled while it waited for its turn (a later message interrupted): it ends without starting.
-    if (signal.aborted) return { run: await this.#endQueued(record), tenant: null }
+    if (signal.aborted) return { run: await this.#endQueued(record), tenant: null, ended: true }
     let tenant: string | null = null
     // Taken before the first await: a run its admission started has its session at hand.
     const submitted = this.#submitted.get(record.id)
     try {
       const session = submitted ?? (await store.getSessionById(record.sessionId))
       // Deleted while it was queued: nothing to run and nothing to record.
-      if (!session) return { run: { ...record, status: 'cancelled', endedAt: new Date().toISOString() }, tenant: null }
+      if (!session) return { run: { ...record, status: 'cancelled', endedAt: new Date().toISOString() }, tenant: null, ended: true }
       tenant = session.tenant
       const trace = this.#options.tracing.startRun(record, session, traceparent)
       const { tools, executeTool } = await this.#toolsOf(session, record).catch((err: unknown) => {
@@ -305,11 +313,19 @@ export class RunManager {
       const ended = await trace.within(() => run.execute())
       trace.end(ended)
       // A run that was never accepted (its admission failed) tells no hook that it ended.
-      return { run: ended, tenant: (await accepted) === false ? null : tenant }
+      return { run: ended, tenant: (await accepted) === false ? null : tenant, ended: run.endRecorded }
     } catch (err) {
-      const refused = (await accepted) === false
-      if (!refused) logger.error({ err, runId: record.id }, 'run could not start')
-      return { run: { ...record, status: 'failed', endedAt: new Date().toISOString() }, tenant: refused ? null : tenant }
+      const failed: RunRecord = { ...record, status: 'failed', endedAt: new Date().toISOString() }
+      if ((await accepted) === false) return { run: failed, tenant: null, ended: true }
+      // It never started (its session or its tools could not be had): it ends as any failed run
+      // does, so that its streams end and its session goes on. When the session cannot even be
+      // read, the store is what fails: the recovery takes the run up again (RunCoordinator.release).
+      logger.error({ err, runId: record.id }, 'run could not start')
+      const session = submitted ?? (await store.getSessionById(record.sessionId).catch(() => null))
+      if (!session) return { run: failed, tenant, ended: false }
+      const ctx = new RunContext(session, { ...record }, this.#dependencies(), signal)
+      const ended = await endRun(ctx, 'failed', 'failed', serviceFailure(err))
+      return { run: ctx.run, tenant: session.tenant, ended }
     }
   }
 

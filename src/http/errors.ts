@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin'
 import { AgentError } from '../agent/agent-error.ts'
 import type { ErrorEnvelope } from '../schemas/common.ts'
+import { storeUnavailable } from '../store/store.ts'
 
 /**
  * The catalogue of HTTP error codes (SPEC 5.2): each code's status, default message and
@@ -100,8 +101,13 @@ function toApiError(err: FastifyError): ApiError {
     })
     return validationError(fields)
   }
-  // The store was closed under a request (shutdown) or cannot be reached: retry elsewhere or later.
-  if (err.code === 'STORE_CLOSED') return new ApiError('UNAVAILABLE', 'The store is unavailable')
+  // The store was closed under a request (shutdown), cannot be reached or cannot write: retry
+  // elsewhere or later. Not the request's fault, and not a bug of agentd's either.
+  const unavailable = storeUnavailable(err)
+  if (unavailable) {
+    return new ApiError('UNAVAILABLE', unavailable === 'unreachable' ? 'The store is unreachable' : 'The store cannot write now', undefined,
+      { 'retry-after': '1' })
+  }
   const mapped = err.code ? FASTIFY_CODES[err.code] : undefined
   if (mapped) return new ApiError(mapped, mapped === 'VALIDATION_ERROR' ? err.message : undefined)
   // secure-json-parse and JSON.parse report bad bodies as SyntaxError (prototype keys are refused before, in security.ts).
@@ -129,6 +135,7 @@ export const errorEnvelopePlugin = fp(
     app.setErrorHandler((err: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const error = toApiError(err)
       if (error.statusCode >= 500 && error.code === 'INTERNAL') request.log.error({ err }, 'unhandled error')
+      else if (error.code === 'UNAVAILABLE' && err !== error) request.log.warn({ err }, error.message)
       else request.log.info({ code: error.code, statusCode: error.statusCode, message: error.message }, 'request failed')
       // Rate limiting and others set their own headers (Retry-After) before throwing.
       return sendApiError(reply, error)

@@ -40,7 +40,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox = async (app) => {
       return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store is unreachable', { store: (err as Error).message }))
     }
     if (state.storeFailure) {
-      return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store failed a write', { store: state.storeFailure }))
+      return sendApiError(reply, new ApiError('UNAVAILABLE', 'The store is failing', { store: state.storeFailure }))
     }
     const mcp = app.agentd.tools.mcpStatus()
     return { status: 'ready' as const, store: store.kind, owner: coordinator.ownerId, model: model.kind, ...(mcp.length > 0 ? { mcp } : {}) }

@@ -14,11 +14,17 @@ export interface StoreReports {
  * The PostgreSQL store, and `pg` with it, is loaded only then: a process on SQLite never holds
  * it (about 6 MB of heap and 0.1-0.2 s of start-up).
  */
-export async function openStore(config: { db: string; databaseUrl?: string | undefined }, reports: StoreReports = {}): Promise<Store> {
+export async function openStore(
+  config: { db: string; databaseUrl?: string | undefined; storeTimeoutMs?: number }, reports: StoreReports = {}
+): Promise<Store> {
   const { onIdleError, onCheckpointFailure } = reports
   if (config.databaseUrl) {
     const { PostgresStore } = await import('./postgres.ts')
-    const store = new PostgresStore({ connectionString: config.databaseUrl, ...(onIdleError ? { onIdleError } : {}) })
+    const store = new PostgresStore({
+      connectionString: config.databaseUrl,
+      ...(config.storeTimeoutMs ? { queryTimeoutMs: config.storeTimeoutMs } : {}),
+      ...(onIdleError ? { onIdleError } : {})
+    })
     try {
       await store.migrate()
     } catch (err) {

@@ -3,7 +3,7 @@ import { postgresMigrations } from './postgres-migrations.ts'
 import { unansweredCalls } from './history.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import { StoreClosedError } from './sqlite.ts'
-import { SessionGoneError, withDataJson } from './store.ts'
+import { SessionGoneError, storeUnavailable, withDataJson } from './store.ts'
 import type {
   AuditedToolCall, EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch, RunRecord,
   SessionRecord, Store, StoreWrite, ToolCallRecord
@@ -60,7 +60,17 @@ export interface PostgresStoreOptions {
   commitLanes?: number
   /** Called when an idle pooled connection fails (the database restarted); the pool replaces it. */
   onIdleError?(err: Error): void
+  /**
+   * How long one statement (or transaction step) may wait for its answer before it fails, and
+   * its connection with it (default 30 s). Without it a database that stops answering without
+   * closing its sockets (a network partition, a hung server) would hold every request and run
+   * that touches it forever. Migrations, which may wait on another process's, have none.
+   */
+  queryTimeoutMs?: number
 }
+
+/** Readiness asks the database for `SELECT 1` and gives it this long at most (a probe has seconds). */
+const PING_TIMEOUT_MS = 3000
 
 /**
  * The scale-out store on PostgreSQL (`pg`). Several agentd processes share it, so nothing is
@@ -79,6 +89,7 @@ export class PostgresStore implements Store {
   readonly pool: pg.Pool
   readonly #where: string
   readonly #clientConfig: pg.ClientConfig
+  readonly #queryTimeoutMs: number
   #closed = false
   /** Group-commit lanes: a session's units always go to the same lane, which commits one batch at a time. */
   readonly #lanes: Lane[]
@@ -88,10 +99,14 @@ export class PostgresStore implements Store {
     this.#clientConfig = {
       connectionString: options.connectionString,
       connectionTimeoutMillis: 5000,
+      // A peer that vanished (a lost machine, a cut network) is noticed by the kernel's probes.
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
       ...(options.options ? { options: options.options } : {})
     }
+    this.#queryTimeoutMs = options.queryTimeoutMs ?? 30_000
     try {
-      this.pool = new pg.Pool({ ...this.#clientConfig, max: options.maxConnections ?? 16 })
+      this.pool = new pg.Pool({ ...this.#clientConfig, query_timeout: this.#queryTimeoutMs, max: options.maxConnections ?? 16 })
     } catch (err) {
       throw new StoreUnreachableError(this.#where, err)
     }
@@ -106,14 +121,17 @@ export class PostgresStore implements Store {
 
   /** A connection of its own, outside the pool, with the pool's settings (LISTEN needs one). */
   newClient(): pg.Client {
-    return new pg.Client(this.#clientConfig)
+    return new pg.Client({ ...this.#clientConfig, query_timeout: this.#queryTimeoutMs })
   }
 
   async migrate(): Promise<void> {
-    let client: pg.PoolClient
+    // A connection of its own, without the statement timeout: it may wait for another process's migrations.
+    const client = new pg.Client(this.#clientConfig)
+    client.on('error', () => undefined)
     try {
-      client = await this.pool.connect()
+      await client.connect()
     } catch (err) {
+      await client.end().catch(() => undefined)
       throw new StoreUnreachableError(this.#where, err)
     }
     try {
@@ -140,12 +158,15 @@ export class PostgresStore implements Store {
         await client.query(`SELECT pg_advisory_unlock(hashtext('agentd-migrations:' || current_schema()))`)
       }
     } finally {
-      client.release()
+      await client.end().catch(() => undefined)
     }
   }
 
   async ping(): Promise<void> {
-    await this.#query('SELECT 1')
+    if (this.#closed) throw new StoreClosedError()
+    // pg reads query_timeout off a query's config too; its types know it only on the client's.
+    const ping: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: Math.min(PING_TIMEOUT_MS, this.#queryTimeoutMs) }
+    await this.pool.query(ping)
   }
 
   async close(): Promise<void> {
@@ -173,7 +194,8 @@ export class PostgresStore implements Store {
         await client.query('COMMIT')
         return result
       } catch (err) {
-        await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError))
+        if (storeUnavailable(err) === 'unreachable') broken = err as Error
+        else await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError))
         throw err
       }
     } finally {
@@ -412,6 +434,9 @@ async function runUnits(client: pg.PoolClient, units: PendingUnit[]): Promise<At
       })
     }
   } catch (error) {
+    // A connection that broke or timed out cannot roll back (a ROLLBACK would wait behind the
+    // statement that hangs): dropping it rolls the transaction back on the server.
+    if (storeUnavailable(error) === 'unreachable') return { ok: false, error, broken: true }
     try {
       await client.query('ROLLBACK')
       return { ok: false, error, broken: false }

@@ -99,6 +99,40 @@ export class SessionGoneError extends Error {
 /** Whether a store call failed because its session is gone (SessionGoneError). */
 export const isSessionGone = (err: unknown): boolean => (err as { code?: unknown } | null)?.code === 'SESSION_GONE'
 
+/** Errors of a socket that lost (or never reached) the database server. */
+const CONNECTION_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN'])
+/** pg's own messages for a connection that broke or never came (they carry no code). */
+const PG_CONNECTION_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error|Client was closed)/
+/**
+ * SQLite's primary result codes for a database that cannot be written now, whatever is asked:
+ * BUSY 5, LOCKED 6, READONLY 8, IOERR 10, FULL 13 (disk full), CANTOPEN 14. node:sqlite gives
+ * the extended code in `errcode`; its low byte is the primary one.
+ */
+const SQLITE_UNAVAILABLE = new Set([5, 6, 8, 10, 13, 14])
+
+/**
+ * Why a store call failed when the cause is the database's availability rather than the call:
+ * `unreachable` (PostgreSQL cannot be reached, or stopped answering: the connection broke, the
+ * server is shutting down or starting, it has no connection slot left) or `failing` (the database
+ * answers but cannot write: a full disk, an I/O error). Either way the same call can succeed later
+ * (a request answers 503 UNAVAILABLE, retryable); null for every other failure (a bug is a 500).
+ */
+export function storeUnavailable(err: unknown): 'unreachable' | 'failing' | null {
+  if (err === null || typeof err !== 'object') return null
+  const { code, errcode, message } = err as { code?: unknown; errcode?: unknown; message?: unknown }
+  if (code === 'STORE_CLOSED') return 'unreachable'
+  if (typeof code === 'string') {
+    if (CONNECTION_ERRNOS.has(code)) return 'unreachable'
+    // SQLSTATE: class 08 connection exception; 57P01-57P03 shutting down, crashed, starting up;
+    // class 53 insufficient resources: 53300 too many connections, 53100 disk full.
+    if (/^08...$/.test(code) || /^57P0[123]$/.test(code) || code === '53300') return 'unreachable'
+    if (/^53...$/.test(code) || code === '58030') return 'failing'
+    if (code === 'ERR_SQLITE_ERROR' && typeof errcode === 'number' && SQLITE_UNAVAILABLE.has(errcode & 0xff)) return 'failing'
+  }
+  if (typeof message === 'string' && PG_CONNECTION_MESSAGE.test(message)) return 'unreachable'
+  return null
+}
+
 /** One write of a unit of work (Store.commit). */
 export type StoreWrite =
   | { type: 'event'; event: NewEvent }

@@ -1,6 +1,8 @@
 import t from 'tap'
-import { buildTestApp } from '../helpers/app.ts'
-import type { StreamedEvent } from '../helpers/sse.ts'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { until } from '../helpers/server-process.ts'
+import { readSse, type StreamedEvent } from '../helpers/sse.ts'
+import { fullDisk } from '../helpers/store-faults.ts'
 
 t.test('a failing store write ends the run as failed, reports it, and the service goes on', async (t) => {
   const { app, devModel } = await buildTestApp(t)
@@ -109,5 +111,84 @@ t.test('a unit committed while the run goes on fails the run before anything lat
     const next = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'y' } })).json()
     t.equal(next.run.status, 'completed', 'the session works once the store does')
     t.same(await roles(app, session.id), ['user', 'user', 'assistant', 'tool', 'assistant'])
+  })
+})
+
+/**
+ * A store that cannot write for a while (a full disk): requests answer 503 meanwhile, and a run
+ * whose end cannot be recorded is not let go as if it had ended. Its session stays busy and its
+ * stream open until the store writes again; then the recovery ends it (run_recovered, done) and
+ * everything goes on. Nothing is left running in the store, and no stream waits forever.
+ */
+t.test('a full disk: 503s meanwhile, and each run is ended once the store writes again', async (t) => {
+  const sessionEvents = async (app: Awaited<ReturnType<typeof buildTestApp>>['app'], sessionId: string) =>
+    (await app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+
+  t.test('a run streaming when the disk fills', async (t) => {
+    const logLines: string[] = []
+    const { app, devModel } = await buildTestApp(t, { logLines })
+    const url = await listen(app)
+    const disk = fullDisk(app.agentd.store)
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+    devModel.script({ text: 'an answer that comes too late', delayMs: 400 })
+    const streaming = readSse(`${url}/v1/sessions/${session.id}/messages`, { method: 'POST', body: { content: 'x' }, timeoutMs: 20_000 })
+    await until(async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().status === 'running', 5000, 'the run started')
+    disk.full = true
+
+    const created = await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })
+    t.equal(created.statusCode, 503, 'a new session: 503, not 500')
+    t.match(created.json().error, { code: 'UNAVAILABLE', retryable: true, message: 'The store cannot write now' })
+    t.equal(created.headers['retry-after'], '1')
+    await until(async () => logLines.some((line) => line.includes('could not record the end of the run')), 5000, 'the run failed to record its end')
+    const ready = await app.inject({ method: 'GET', url: '/readyz' })
+    t.equal(ready.statusCode, 503)
+    t.match(ready.json().error.details.store, /database or disk is full/)
+    const runId = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json()
+    t.equal(runId.status, 'running', 'the store still has the session running')
+    const busy = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'y' } })
+    t.equal(busy.statusCode, 409, 'and the session stays busy: its run has not ended as far as anyone can read')
+    t.equal(busy.json().error.code, 'SESSION_BUSY')
+    const queued = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'y', onBusy: 'enqueue' } })
+    t.equal(queued.statusCode, 503, 'a message that would be queued cannot be stored either')
+
+    disk.full = false
+    const stream = await streaming
+    t.ok(stream.endedByServer, 'the stream ended once the run did')
+    const ended = stream.events.slice(-4).map((e) => e.type)
+    t.same(ended, ['run_recovered', 'error', 'state_changed', 'done'])
+    t.match(stream.events.at(-1)?.data, { reason: 'failed' })
+    t.match(stream.events.at(-4)?.data, { previousStatus: 'running', sealedCalls: [] })
+    const run = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/runs/${stream.events.at(-1)?.runId}` })).json()
+    t.match(run, { status: 'failed', error: { errorType: 'exception', message: /ended by recovery/ } })
+    t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200, 'readiness is back with the first write')
+
+    devModel.script({ text: 'stored now' })
+    const next = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'z' } })).json()
+    t.equal(next.run.status, 'completed', 'the session goes on')
+    const events = await sessionEvents(app, session.id)
+    t.same(events.map((e) => e.seq), events.map((_, i) => i + 1), 'seq gap-free')
+    t.equal(events.filter((e) => e.type === 'done').length, 2, 'one done per run')
+  })
+
+  t.test('a run whose start could not be stored runs again once it can', async (t) => {
+    const { app, devModel } = await buildTestApp(t)
+    const url = await listen(app)
+    // The run is admitted (its row stored), then nothing of it can be: not its start, not its end.
+    const disk = fullDisk(app.agentd.store, (writes) => writes.every((w) => w.type === 'newRun'))
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+    devModel.script({ text: 'lost', delayMs: 300 }, { text: 'the answer' })
+    disk.full = true
+    const streaming = readSse(`${url}/v1/sessions/${session.id}/messages`, { method: 'POST', body: { content: 'x' }, timeoutMs: 20_000 })
+    await until(async () => devModel.requests.length >= 1, 5000, 'the model was asked')
+    await new Promise((resolve) => setTimeout(resolve, 800))
+    t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().status, 'idle', 'nothing of the run is stored')
+    disk.full = false
+
+    const stream = await streaming
+    t.ok(stream.endedByServer)
+    t.same(stream.events.filter((e) => e.type === 'run_recovered').map((e) => e.data.previousStatus), ['queued'], 'taken up again as a queued run')
+    t.match(stream.events.at(-1), { type: 'done', data: { reason: 'completed' } })
+    const messages = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data as Array<{ role: string; content: string }>
+    t.same(messages.map((m) => [m.role, m.content]), [['user', 'x'], ['assistant', 'the answer']], 'the question once, and its answer')
   })
 })
