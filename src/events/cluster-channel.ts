@@ -178,6 +178,23 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
   }
 }
 
+/** How long a Redis command may take before it fails (and what used it goes on without it). */
+const REDIS_COMMAND_TIMEOUT_MS = 1000
+
+/** While Redis stays down, its error is reported once a minute, not at every reconnect attempt (ten a second). */
+const REDIS_ERROR_EVERY_MS = 60_000
+
+/** Reports the first error after a good spell, then at most one every REDIS_ERROR_EVERY_MS until `recovered`. */
+function quietErrors(onError: (err: Error) => void): ((err: Error) => void) & { recovered: () => void } {
+  let lastAt = Number.NEGATIVE_INFINITY
+  const report = (err: Error) => {
+    if (Date.now() - lastAt < REDIS_ERROR_EVERY_MS) return
+    lastAt = Date.now()
+    onError(err)
+  }
+  return Object.assign(report, { recovered: () => { lastAt = Number.NEGATIVE_INFINITY } })
+}
+
 /** The channel over Redis pub/sub (AGENTD_REDIS_URL): wake-ups cost the database nothing. */
 export class RedisChannel extends ListenerSets implements ClusterChannel {
   readonly kind = 'redis' as const
@@ -193,10 +210,18 @@ export class RedisChannel extends ListenerSets implements ClusterChannel {
   }
 
   static async open(url: string, name: string, onError: (err: Error) => void): Promise<RedisChannel> {
-    const options = { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5000 }
+    // Nothing waits for Redis: every use of it (rate limits, stream caps, wake-ups) goes on
+    // without it when it fails. So a command fails at once while the connection is down (no
+    // offline queue) and after REDIS_COMMAND_TIMEOUT_MS when Redis stops answering; queued, each
+    // request would wait for ioredis's reconnect attempts, 7-30 s apiece once Redis was gone.
+    const options = { lazyConnect: true, maxRetriesPerRequest: 2, connectTimeout: 5000, enableOfflineQueue: false, commandTimeout: REDIS_COMMAND_TIMEOUT_MS }
     const publisher = new Redis(url, options)
     const subscriber = new Redis(url, options)
-    for (const client of [publisher, subscriber]) client.on('error', onError)
+    const report = quietErrors(onError)
+    for (const client of [publisher, subscriber]) {
+      client.on('error', report)
+      client.on('ready', report.recovered)
+    }
     const channel = new RedisChannel(publisher, subscriber, name)
     try {
       await Promise.all([publisher.connect(), subscriber.connect()])

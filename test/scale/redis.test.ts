@@ -1,6 +1,7 @@
 import t from 'tap'
 import { startCluster } from '../helpers/cluster.ts'
 import { readSse } from '../helpers/sse.ts'
+import { startTcpProxy } from '../helpers/tcp-proxy.ts'
 
 const redisUrl = process.env.AGENTD_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
 
@@ -65,4 +66,56 @@ t.test('with AGENTD_REDIS_URL, two processes share wake-ups, rate limits and str
     for (let i = 0; i < 40 && last.status !== 429; i++) last = await remaining(i % 2 === 0 ? a : b)
     t.equal(last.status, 429, 'the shared budget runs out across the processes')
   })
+})
+
+/**
+ * Redis goes away (through a TCP proxy that closes it and refuses new connections): nothing may
+ * wait for it. Requests pass uncounted at once, streams open, runs go on; once Redis is back the
+ * processes reconnect, what a stream on the other process missed meanwhile arrives from the
+ * database, and the counts are shared again.
+ */
+t.test('Redis goes away and comes back: nothing waits for it, and nothing is missed', async (t) => {
+  const target = new URL(redisUrl)
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 6379) })
+  t.teardown(() => proxy.close())
+  const viaProxy = new URL(redisUrl)
+  viaProxy.port = String(proxy.port)
+  const cluster = await startCluster(t, 2, { AGENTD_REDIS_URL: viaProxy.toString(), AGENTD_RATE_LIMIT_MAX: '1000' })
+  const [a, b] = cluster.servers as [typeof cluster.servers[0], typeof cluster.servers[0]]
+  const { api, devModel } = cluster
+  const session = (await api(a, 'POST', '/v1/sessions', {})).json
+  const streamed = readSse(`${b.url}/v1/sessions/${session.id}/events?until=done`, { timeoutMs: 20_000 })
+  await new Promise((r) => setTimeout(r, 300))
+
+  proxy.cut()
+  for (const server of [a, b]) {
+    const started = Date.now()
+    const res = await api(server, 'POST', '/v1/sessions', {})
+    t.equal(res.status, 201, 'a request while Redis is down passes')
+    t.ok(Date.now() - started < 1000, `without waiting for Redis (${Date.now() - started} ms)`)
+  }
+  const opened = Date.now()
+  const other = await readSse(`${a.url}/v1/sessions/${session.id}/events`, { timeoutMs: 300 })
+  t.equal(other.status, 200, 'a stream opens (uncounted)')
+  t.ok(Date.now() - opened < 1000)
+  devModel.script({ text: 'written while Redis was away' })
+  const ran = await api(a, 'POST', `/v1/sessions/${session.id}/messages?wait=true`, { content: 'hi' })
+  t.equal(ran.json.run.status, 'completed', 'a run goes on')
+
+  proxy.restore()
+  const seen = await streamed
+  t.ok(seen.endedByServer, "B's stream got the run's events once Redis was back")
+  t.equal(seen.events.at(-1)?.type, 'done')
+  t.same(seen.events.map((e) => e.seq), seen.events.map((_, i) => i + 1), 'each once, in order')
+
+  const remaining = async (server: typeof a) => {
+    const res = await fetch(`${server.url}/v1/tools`)
+    await res.arrayBuffer()
+    return Number(res.headers.get('x-ratelimit-remaining'))
+  }
+  await cluster.until(async () => {
+    const onA = await remaining(a)
+    return (await remaining(b)) === onA - 1
+  }, 10_000, 'the rate limit shared again')
+  t.pass('the rate limit is shared again')
 })
