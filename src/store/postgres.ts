@@ -98,6 +98,8 @@ export class PostgresStore implements Store {
     this.#where = describeUrl(options.connectionString)
     this.#clientConfig = {
       connectionString: options.connectionString,
+      // How its connections show in pg_stat_activity (an application_name in the URL wins).
+      application_name: 'agentd',
       connectionTimeoutMillis: 5000,
       // A peer that vanished (a lost machine, a cut network) is noticed by the kernel's probes.
       keepAlive: true,
@@ -111,6 +113,11 @@ export class PostgresStore implements Store {
       throw new StoreUnreachableError(this.#where, err)
     }
     this.pool.on('error', (err) => options.onIdleError?.(err))
+    // A connection checked out of the pool has no listener of the pool's: should the server end it
+    // between two statements (an administrator's pg_terminate_backend, a restart), pg would emit
+    // an 'error' nobody hears, and the process would exit. The next statement on it fails instead,
+    // which its caller handles, and the pool drops it when it comes back (it is not queryable).
+    this.pool.on('connect', (client) => client.on('error', () => undefined))
     this.#lanes = Array.from({ length: options.commitLanes ?? COMMIT_LANES }, () => ({ pending: [], flushing: null }))
   }
 

@@ -27,7 +27,11 @@ export async function withSchema(t: TapTest): Promise<string> {
   return schema
 }
 
-/** DATABASE_URL of the schema, for server processes (search_path through the `options` parameter). */
+/**
+ * DATABASE_URL of the schema, for server processes (search_path through the `options` parameter);
+ * their connections carry the schema's name as application_name, so a test can find them in
+ * pg_stat_activity (and drop them) without touching other tests' connections.
+ */
 export function schemaUrl(schema: string): string {
-  return `${postgresUrl}?options=${encodeURIComponent(`-c search_path=${schema}`)}`
+  return `${postgresUrl}?options=${encodeURIComponent(`-c search_path=${schema}`)}&application_name=${schema}`
 }

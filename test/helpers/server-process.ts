@@ -8,6 +8,8 @@ export interface ServerProcess {
   child: ChildProcess
   /** Every stdout line (pino JSON) so far. */
   lines: string[]
+  /** Everything written to stderr so far (a crash's stack lands here). */
+  stderr(): string
   /** Resolves with the exit code (or signal) when the process ends. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
 }
@@ -37,7 +39,7 @@ export function startServer(env: Record<string, string>, timeoutMs = 15_000): Pr
       const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(line)
       if (match) {
         clearTimeout(timer)
-        resolve({ url: match[1] as string, child, lines, exited })
+        resolve({ url: match[1] as string, child, lines, exited, stderr: () => stderr })
       }
     })
   })

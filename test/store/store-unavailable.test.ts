@@ -2,9 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
 import { observeStore } from '../../src/store/observed.ts'
+import { PostgresStore } from '../../src/store/postgres.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { storeUnavailable, type Store } from '../../src/store/store.ts'
-import { postgresUrl } from '../helpers/postgres.ts'
+import { postgresUrl, withSchema } from '../helpers/postgres.ts'
 import { sqliteDiskFullError } from '../helpers/store-faults.ts'
 
 t.test('what counts as the database being unavailable, from the drivers themselves', async (t) => {
@@ -103,4 +104,25 @@ t.test('/readyz failures: kept per operation, cleared by its success, by any com
   restore()
   await sleep(300)
   t.equal(health.storeFailure, null, 'gone after its time to live')
+})
+
+t.test('PostgreSQL ends a connection the store holds between two statements: that call fails, the process goes on', async (t) => {
+  // Before, pg emitted the server's "terminating connection" on a checked-out client with no
+  // listener: an uncaught error, and the process exited (seen under load in test/scale/chaos.test.ts).
+  const schema = await withSchema(t)
+  const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
+  t.teardown(() => store.close())
+  await store.migrate()
+  const admin = new pg.Client({ connectionString: postgresUrl })
+  await admin.connect()
+  t.teardown(() => admin.end())
+  const failed = await store.transaction(async (client) => {
+    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid
+    await admin.query('SELECT pg_terminate_backend($1)', [pid])
+    // No statement in flight while the server's goodbye arrives.
+    await sleep(200)
+    return client.query('SELECT 1')
+  }).then(() => null, (err: unknown) => err)
+  t.equal(storeUnavailable(failed), 'unreachable', `the transaction failed as a lost connection (${(failed as Error)?.message})`)
+  t.same((await store.pool.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'the pool serves the next call on a new connection')
 })
