@@ -41,12 +41,17 @@ DEFAULT_RETRY_MS = 2000
 class ApiError(Exception):
     """A non-2xx answer from agentd, with the code and message of its error envelope."""
 
-    def __init__(self, status: int, code: str, message: str, request_id: str | None):
+    def __init__(self, status: int, code: str, message: str, request_id: str | None,
+                 retryable: bool = False, retry_after_s: float | None = None):
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.request_id = request_id
+        # The envelope's "retryable": the same request may succeed later (503 UNAVAILABLE while a
+        # process drains or its store is out of reach, 429), after Retry-After when there is one.
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
 
 
 @dataclass
@@ -137,26 +142,34 @@ class AgentdClient:
         reconnects = 0
         while True:
             try:
+                if response is None:
+                    # A new session has no events before this run, so "0" replays the whole run.
+                    response = self._open(
+                        "GET", f"/v1/sessions/{session_id}/events?until=done", None, accept="text/event-stream",
+                        timeout=STREAM_TIMEOUT_S, headers={"Last-Event-ID": parser.last_event_id or "0"},
+                    )
                 with response:
                     for event in read_events(response, parser):
                         yield event
                         if event.type == "done":
                             return
                 raise ConnectionError("the stream ended before the run was done")
-            except (OSError, http.client.HTTPException) as err:
+            except (OSError, http.client.HTTPException, ApiError) as err:
+                # A dropped connection, or an answer that says "try again later" (a reconnection that
+                # reached a draining process behind a load balancer); any other answer is final.
+                if isinstance(err, ApiError) and not err.retryable:
+                    raise
                 reconnects += 1
                 if reconnects > MAX_RECONNECTS:
                     raise
-                delay_s = (parser.retry_ms if parser.retry_ms is not None else DEFAULT_RETRY_MS) / 1000
-                # A new session has no events before this run, so "0" replays the whole run.
-                resume_from = parser.last_event_id or "0"
+                if isinstance(err, ApiError) and err.retry_after_s is not None:
+                    delay_s = err.retry_after_s
+                else:
+                    delay_s = (parser.retry_ms if parser.retry_ms is not None else DEFAULT_RETRY_MS) / 1000
                 print(f"stream dropped ({err or type(err).__name__}); reconnecting in {delay_s:g} s "
-                      f"from event {resume_from}", file=sys.stderr)
+                      f"from event {parser.last_event_id or '0'}", file=sys.stderr)
                 time.sleep(delay_s)
-                response = self._open(
-                    "GET", f"/v1/sessions/{session_id}/events?until=done", None,
-                    accept="text/event-stream", timeout=STREAM_TIMEOUT_S, headers={"Last-Event-ID": resume_from},
-                )
+                response = None
 
     def _open(self, method: str, path: str, body: dict | None, accept: str, timeout: float, headers: dict | None = None):
         request = urllib.request.Request(self.base_url + path, method=method)
@@ -177,9 +190,12 @@ class AgentdClient:
 
 def api_error(err: urllib.error.HTTPError) -> ApiError:
     """Reads agentd's error envelope, {"error": {"code", "message", "requestId", ...}}, from an HTTP error."""
+    retry_after = err.headers.get("Retry-After", "")
+    retry_after_s = min(float(retry_after), 60.0) if retry_after.strip().isdigit() else None
     try:
         envelope = json.loads(err.read().decode("utf-8"))["error"]
-        return ApiError(err.code, envelope["code"], envelope["message"], envelope.get("requestId"))
+        return ApiError(err.code, envelope["code"], envelope["message"], envelope.get("requestId"),
+                        bool(envelope.get("retryable")), retry_after_s)
     except (ValueError, KeyError, TypeError):
         return ApiError(err.code, f"HTTP_{err.code}", err.reason or "no error envelope", err.headers.get("x-request-id"))
 

@@ -3,6 +3,7 @@ import t from 'tap'
 import { AgentdError, createAgentdClient, isToolProgress, type AgentdEvent } from '../../clients/typescript/src/index.ts'
 import { generateSchema, schemaUrl } from '../../clients/typescript/scripts/generate.ts'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { connectionRefusedError, failSessionReads } from '../helpers/store-faults.ts'
 
 const KEY = 'key-of-tenant-a-0123456789abcdef'
 
@@ -106,4 +107,32 @@ t.test('a whole run through the generated client: create, send, stream with narr
     const { error } = await createAgentdClient({ baseUrl }).api.GET('/v1/sessions', {})
     t.equal(error?.error.code, 'UNAUTHORIZED', 'without the key')
   })
+})
+
+t.test('a stream answered "try again later" (503, retryable) reconnects after its Retry-After; giving up throws it', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  const cut = cuttingFetch(1200)
+  const { api, events } = createAgentdClient({ baseUrl, fetch: cut.fetch })
+  const session = (await api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  devModel.script({ text: 'one two three four five six seven eight', chunks: 8, delayMs: 100 })
+  await api.POST('/v1/sessions/{id}/messages', { params: { path: { id: session.id } }, body: { content: 'go' } })
+  // The reconnection after the cut finds the store out of reach (a real ECONNREFUSED), once.
+  const refusals = failSessionReads(app.agentd.store, await connectionRefusedError(), () => cut.cuts() > 0)
+  const seen: AgentdEvent[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done' })) seen.push(e)
+  t.equal(cut.cuts(), 1)
+  t.equal(refusals.failed, 1, 'one reconnection was answered 503')
+  t.same(seen.map((e) => e.seq), seen.map((_, i) => i + 1), 'nothing missed or repeated')
+  t.equal(seen.at(-1)?.type, 'done')
+
+  const always = failSessionReads(app.agentd.store, await connectionRefusedError(), () => true, 100)
+  const started = Date.now()
+  const failure = await events({ sessionId: session.id, maxReconnects: 1 }).next().catch((err: unknown) => err)
+  if (!(failure instanceof AgentdError)) throw new Error(`the stream threw ${String(failure)}, not an AgentdError`)
+  t.equal(failure.status, 503)
+  t.equal(failure.envelope?.error.code, 'UNAVAILABLE')
+  t.equal(always.failed, 2, 'tried twice (maxReconnects 1)')
+  t.ok(Date.now() - started >= 900, `waited Retry-After (1 s) between them: ${Date.now() - started} ms`)
 })

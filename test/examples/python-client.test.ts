@@ -3,6 +3,7 @@ import { connect, createServer, type Socket } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import t from 'tap'
 import { buildTestApp, listen, type TapTest } from '../helpers/app.ts'
+import { connectionRefusedError, failSessionReads } from '../helpers/store-faults.ts'
 
 const script = fileURLToPath(new URL('../../examples/python/agentd_client.py', import.meta.url))
 const API_KEY = 'python-client-test-key-0123'
@@ -88,6 +89,24 @@ t.test('a dropped stream is resumed with Last-Event-ID: nothing missed, nothing 
   t.same(events.map((e) => e.type), textRunTypes)
   t.same(events.map((e) => e.seq), events.map((_, i) => i + 1))
   t.equal(out.stdout, 'Still here after the cut.\n')
+})
+
+t.test('a reconnection answered 503 (retryable, Retry-After) waits and goes on; nothing missed', async (t) => {
+  const { app, devModel } = await buildTestApp(t, { env: { AGENTD_API_KEYS: `python:${API_KEY}` } })
+  const base = await listen(app)
+  devModel.script({ text: 'Still here after the outage.', chunks: 4 })
+  const proxy = await startCuttingProxy(t, Number(new URL(base).port), 4)
+  // The reconnection after the cut finds the store out of reach (a real ECONNREFUSED), once.
+  const refusals = failSessionReads(app.agentd.store, await connectionRefusedError(), () => proxy.cut)
+
+  const out = await runClient(['--base-url', proxy.url, '--api-key', API_KEY, 'hello'])
+  t.equal(out.code, 0, 'exits 0', { stderr: out.stderr })
+  t.equal(refusals.failed, 1, 'one reconnection was refused')
+  t.match(out.stderr, /UNAVAILABLE: The store is unreachable\); reconnecting in 1 s from event 3/, "waits the answer's Retry-After")
+  const events = printedEvents(out.stderr)
+  t.same(events.map((e) => e.type), textRunTypes)
+  t.same(events.map((e) => e.seq), events.map((_, i) => i + 1))
+  t.equal(out.stdout, 'Still here after the outage.\n')
 })
 
 t.test('the SSE parser follows the standard: multi-line data, comments, retry, ids and split line ends', async (t) => {

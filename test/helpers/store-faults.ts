@@ -1,4 +1,5 @@
 import { DatabaseSync } from 'node:sqlite'
+import { connect } from 'node:net'
 import type { Store } from '../../src/store/store.ts'
 
 /** A real SQLITE_FULL from node:sqlite: a database whose page count is capped, filled past it. */
@@ -31,6 +32,25 @@ export function fullDisk(store: Store, except: (writes: Parameters<Store['commit
   store.createSession = async (session) => {
     if (state.full) throw error
     return createSession.call(store, session)
+  }
+  return state
+}
+
+/** A real ECONNREFUSED from Node (a connection to a port nobody listens on): a database out of reach. */
+export function connectionRefusedError(): Promise<Error> {
+  return new Promise((resolve) => connect(1, '127.0.0.1').on('error', resolve))
+}
+
+/** Makes the store's next `times` session reads fail with `error` once `when()` holds; returns how many failed. */
+export function failSessionReads(store: Store, error: Error, when: () => boolean, times = 1): { failed: number } {
+  const state = { failed: 0 }
+  const getSession = store.getSession
+  store.getSession = async (tenant, id) => {
+    if (state.failed < times && when()) {
+      state.failed++
+      throw error
+    }
+    return getSession.call(store, tenant, id)
   }
   return state
 }

@@ -46,7 +46,11 @@ export interface StreamOptions {
   channels?: Array<'progress' | 'control' | 'monitor'>
   types?: string[]
   signal?: AbortSignal
-  /** Reconnections in a row without an event before giving up; default 5. */
+  /**
+   * Reconnections in a row without an event before giving up; default 5. A dropped connection
+   * counts, and so does an answer agentd marks retryable (503 while a process drains or its store
+   * is out of reach, 429), which is retried after its Retry-After.
+   */
   maxReconnects?: number
 }
 
@@ -107,6 +111,12 @@ function takeFrames(buffer: string): { frames: Frame[]; rest: string } {
   return { frames, rest }
 }
 
+/** A Retry-After in seconds (the form agentd sends), capped at a minute; null when absent or not a number. */
+function retryAfterMs(header: string | null): number | null {
+  if (header === null || !/^\d+$/.test(header.trim())) return null
+  return Math.min(Number(header) * 1000, 60_000)
+}
+
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     const timer = setTimeout(resolve, ms)
@@ -140,7 +150,11 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
     }
     if (!response.ok || !response.body) {
       const envelope = (await response.json().catch(() => null)) as ErrorEnvelope | null
-      throw new AgentdError(response.status, envelope)
+      // "Try again later" (a draining process behind a load balancer, a store out of reach, a
+      // rate limit) is a reconnection like any other; anything else is the caller's to handle.
+      if (!envelope?.error.retryable || options.signal?.aborted || ++failures > maxReconnects) throw new AgentdError(response.status, envelope)
+      await sleep(retryAfterMs(response.headers.get('retry-after')) ?? retryMs, options.signal)
+      continue
     }
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
     let buffer = ''
