@@ -8,6 +8,7 @@ import { classified } from '../errors/classified.ts'
 import { errnoFamily, errnoOf } from '../errors/errno.ts'
 import type { ErrorType } from '../schemas/common.ts'
 import { ModelError } from './types.ts'
+import { StreamEventTooLarge } from './sse.ts'
 
 /** The model codes of SPEC 5.1. */
 export type ModelErrorCode =
@@ -180,6 +181,7 @@ export function classifyModelError(err: unknown, ctx: ClassifyContext = {}): Mod
   if (err instanceof APIError) return classifyApiError(err)
   const transport = classifyTransportError(err)
   if (transport) return transport
+  if (err instanceof StreamEventTooLarge) return createModelError('INVALID_RESPONSE', err.message, { cause: err })
   if (err instanceof SyntaxError) {
     return createModelError('INVALID_RESPONSE', `The model sent a response that could not be parsed: ${err.message}`, { cause: err })
   }

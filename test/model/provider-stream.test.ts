@@ -256,3 +256,35 @@ t.test('the request carries the API key, the X-Request-Id and the traceparent; a
   t.match(error.classified, { code: 'SERVER_ERROR', retryable: true, message: /502.*Bad Gateway/ })
   t.equal(error.retryAfterMs, 3000)
 })
+
+t.test('a server that never ends its line or its event fails the call as INVALID_RESPONSE at 8 MiB, in linear time', async (t) => {
+  // Held on to, such a line took a gigabyte of memory a minute and a whole core (each piece
+  // searched the whole line again), and the call ran until the server stopped.
+  for (const [what, opening, piece] of [
+    ['a line', 'data: {"a":"', 'x'.repeat(64 * 1024)],
+    ['an event of many data lines', '', `data: ${'x'.repeat(64 * 1024 - 7)}\n`]
+  ] as const) {
+    let closed: Promise<unknown> = Promise.resolve()
+    let sent = 0
+    const { provider } = await startModel(t, async (res) => {
+      closed = once(res, 'close')
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      res.write(opening)
+      let gone = false
+      res.on('close', () => (gone = true))
+      while (!gone && sent < 64 * 1024 * 1024) {
+        sent += piece.length
+        if (!res.write(piece)) await once(res, 'drain')
+      }
+      res.end()
+    }, { bodyTimeoutMs: 60_000 })
+    const started = process.cpuUsage()
+    const { error } = await failure(provider)
+    const cpuMs = (process.cpuUsage(started).user + process.cpuUsage(started).system) / 1000
+    t.match(error.classified, { code: 'INVALID_RESPONSE', retryable: false, message: /longer than 8 MiB/ }, what)
+    t.ok(sent < 24 * 1024 * 1024, `${what}: the call stopped after ${(sent / 1024 / 1024).toFixed(1)} MiB were sent`)
+    t.ok(cpuMs < 2000, `${what}: ${cpuMs.toFixed(0)} ms of CPU`)
+    const outcome = await Promise.race([closed.then(() => 'closed'), delay(5000, 'still open')])
+    t.equal(outcome, 'closed', `${what}: the request was aborted`)
+  }
+})
