@@ -7,7 +7,7 @@ import { classifyModelError, createModelError } from './model-errors.ts'
 import { createDispatcherFetch } from './dispatcher-fetch.ts'
 import { chatRequestJson } from './request-json.ts'
 import { ServerSentEventDecoder, type ServerSentEvent } from './sse.ts'
-import type { ModelCallOptions, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
+import type { ModelCallOptions, ModelError, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
 
 export interface OpenAIProviderOptions {
   apiKey?: string
@@ -24,6 +24,16 @@ export interface OpenAIProviderOptions {
 
 /** Text of the model's answer read in one turn of the event loop before the reader lets other work in. */
 const TURN_BYTES = 64 * 1024
+
+/**
+ * The most one model call may answer: characters of text, reasoning and tool-call arguments, and
+ * stream chunks that carry any. Real answers stop at the model's output limit (tens of thousands
+ * of tokens, one chunk a token); a server that never stops (a generation loop that ignores its
+ * limit) would otherwise have every chunk stored, a gigabyte of events a minute, until the disk
+ * is full. Both are several times what any model answers in one call.
+ */
+export const MAX_ANSWER_CHARS = 4 * 1024 * 1024
+export const MAX_ANSWER_CHUNKS = 256 * 1024
 
 const defaults = { connectTimeoutMs: 10_000, headersTimeoutMs: 120_000, bodyTimeoutMs: 300_000 }
 
@@ -83,6 +93,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         const response = await client.post('/chat/completions', { body, stream: true, headers, fetchOptions: http.withSignal(signal) }).asResponse()
         const reader = http.takeBody(response)
         const decoder = new ServerSentEventDecoder()
+        let answerChars = 0
+        let answerChunks = 0
         let finished = false
         let sinceTurn = 0
         try {
@@ -106,6 +118,11 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
               // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
               const delta = choice.delta as ChatCompletionChunk.Choice.Delta & { reasoning_content?: string | null; reasoning?: string | null }
               const reasoning = delta.reasoning_content ?? delta.reasoning
+              const size = (reasoning?.length ?? 0) + (delta.content?.length ?? 0) + argumentsLength(delta.tool_calls)
+              if (size > 0) {
+                answerChars += size
+                if (++answerChunks > MAX_ANSWER_CHUNKS || answerChars > MAX_ANSWER_CHARS) throw answerTooLong(answerChars, answerChunks)
+              }
               if (reasoning) yield { type: 'reasoning', delta: reasoning }
               if (delta.content) yield { type: 'text', delta: delta.content }
               for (const fragment of delta.tool_calls ?? []) {
@@ -171,4 +188,17 @@ function toUsage(u: { prompt_tokens?: number; completion_tokens?: number; total_
 
 function isTimeoutReason(reason: unknown): boolean {
   return typeof reason === 'object' && reason !== null && (reason as { name?: unknown }).name === 'TimeoutError'
+}
+
+/** The characters of tool-call argument fragments in one delta. */
+function argumentsLength(calls: ChatCompletionChunk.Choice.Delta['tool_calls']): number {
+  let length = 0
+  for (const call of calls ?? []) length += call.function?.arguments?.length ?? 0
+  return length
+}
+
+function answerTooLong(chars: number, chunks: number): ModelError {
+  return createModelError('INVALID_RESPONSE',
+    `The model's answer went past ${chunks > MAX_ANSWER_CHUNKS ? `${MAX_ANSWER_CHUNKS} chunks` : `${MAX_ANSWER_CHARS / 1024 / 1024} Mi characters`} ` +
+    `(${chars} characters in ${chunks} chunks) without finishing: the server does not stop at its output limit`)
 }

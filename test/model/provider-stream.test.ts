@@ -288,3 +288,37 @@ t.test('a server that never ends its line or its event fails the call as INVALID
     t.equal(outcome, 'closed', `${what}: the request was aborted`)
   }
 })
+
+t.test('a server that streams an answer without end fails the call as INVALID_RESPONSE past 4 Mi characters or 256 Ki chunks', async (t) => {
+  // Before, every chunk of such an answer was stored and sent (a gigabyte of events a minute)
+  // until the server stopped or the disk was full.
+  for (const [what, delta, sentAtMost] of [
+    ['text in large chunks', { content: 'y'.repeat(4000) }, 4 * 1024 * 1024 + 8000],
+    ['tool-call arguments', { tool_calls: [{ index: 0, function: { arguments: 'z'.repeat(4000) } }] }, 4 * 1024 * 1024 + 8000],
+    ['one character a chunk', { content: 'y' }, 256 * 1024 + 2]
+  ] as const) {
+    let sent = 0
+    let closed: Promise<unknown> = Promise.resolve()
+    const { provider } = await startModel(t, async (res) => {
+      closed = once(res, 'close')
+      res.writeHead(200, { 'content-type': 'text/event-stream' })
+      let gone = false
+      res.on('close', () => (gone = true))
+      const first = chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] })
+      if (what === 'tool-call arguments') res.write(`data: ${first}\n\n`)
+      const event = `data: ${chunk(delta)}\n\n`
+      while (!gone && sent < 64 * 1024 * 1024) {
+        const batch = event.repeat(64)
+        sent += 64 * (what === 'one character a chunk' ? 1 : 4000)
+        if (!res.write(batch)) await once(res, 'drain')
+      }
+      res.end()
+    }, { bodyTimeoutMs: 60_000 })
+    const { error, parts } = await failure(provider)
+    t.match(error.classified, { code: 'INVALID_RESPONSE', retryable: false, message: /without finishing/ }, what)
+    const got = parts.reduce((n, p) => n + (p.type === 'text' ? p.delta.length : 0), 0)
+    t.ok(got <= sentAtMost, `${what}: ${got} characters handed on before the call failed`)
+    const outcome = await Promise.race([closed.then(() => 'closed'), delay(5000, 'still open')])
+    t.equal(outcome, 'closed', `${what}: the request was aborted`)
+  }
+})
