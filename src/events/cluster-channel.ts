@@ -38,6 +38,14 @@ export interface ClusterChannel {
 /** NOTIFY payloads must stay under 8000 bytes; larger messages travel through the cluster_messages table. */
 const MAX_NOTIFY_BYTES = 7000
 
+/**
+ * How often the listening connection is asked `SELECT 1`, and how long it has to answer. A
+ * connection the network dropped without a word (no reset, no FIN) still looks open and hears
+ * nothing: without the question, wake-ups would stop for good and streams on this process would
+ * wait for events already stored. A failed answer reconnects it, and reconnecting catches up.
+ */
+const LISTEN_CHECK = { everyMs: 10_000, timeoutMs: 5000 }
+
 abstract class ListenerSets {
   protected readonly messageListeners = new Set<(message: ClusterMessage) => void>()
   protected readonly reconnectListeners = new Set<() => void>()
@@ -89,21 +97,53 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
   #listener: pg.Client | null = null
   #closed = false
   #retry: NodeJS.Timeout | undefined
+  readonly #check: NodeJS.Timeout
+  #checking = false
 
-  private constructor(pool: pg.Pool, connect: () => pg.Client, name: string, onError: (err: Error) => void) {
+  private constructor(
+    pool: pg.Pool, connect: () => pg.Client, name: string, onError: (err: Error) => void, check: typeof LISTEN_CHECK
+  ) {
     super()
     this.#pool = pool
     this.#connect = connect
     this.#name = name
     this.#onError = onError
+    this.#check = setInterval(() => void this.#checkListener(check.timeoutMs), check.everyMs)
+    this.#check.unref()
   }
 
-  /** Opens the listening connection; `connect` makes a client with the store's settings. */
-  static async open(pool: pg.Pool, connect: () => pg.Client, onError: (err: Error) => void): Promise<PostgresChannel> {
+  /**
+   * Opens the listening connection; `connect` makes a client with the store's settings. `check`:
+   * how often the listening connection is asked whether it is alive, and how long it has to answer.
+   */
+  static async open(
+    pool: pg.Pool, connect: () => pg.Client, onError: (err: Error) => void, check: typeof LISTEN_CHECK = LISTEN_CHECK
+  ): Promise<PostgresChannel> {
     const { rows } = await pool.query<{ schema: string }>('SELECT current_schema() AS schema')
-    const channel = new PostgresChannel(pool, connect, `agentd:${rows[0]?.schema ?? 'public'}`, onError)
-    await channel.#listen()
+    const channel = new PostgresChannel(pool, connect, `agentd:${rows[0]?.schema ?? 'public'}`, onError, check)
+    try {
+      await channel.#listen()
+    } catch (err) {
+      clearInterval(channel.#check)
+      throw err
+    }
     return channel
+  }
+
+  /** Asks the listening connection a question; one that does not answer in time is replaced. */
+  async #checkListener(timeoutMs: number): Promise<void> {
+    const client = this.#listener
+    if (!client || this.#checking) return
+    this.#checking = true
+    try {
+      const question: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: timeoutMs }
+      await client.query(question)
+    } catch (err) {
+      this.#onError(new Error(`the listening connection did not answer (${(err as Error).message}); reconnecting`, { cause: err }))
+      this.#reconnectSoon(client)
+    } finally {
+      this.#checking = false
+    }
   }
 
   /** The channel's name; Redis uses the same one, so it too stays within one deployment. */
@@ -170,6 +210,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
   async close(): Promise<void> {
     this.#closed = true
     clearTimeout(this.#retry)
+    clearInterval(this.#check)
     const listener = this.#listener
     this.#listener = null
     await listener?.end().catch(() => undefined)

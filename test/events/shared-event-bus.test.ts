@@ -1,3 +1,4 @@
+import pg from 'pg'
 import t from 'tap'
 import { createServer } from 'node:http'
 import { PostgresChannel, type ClusterChannel, type ClusterMessage } from '../../src/events/cluster-channel.ts'
@@ -9,6 +10,7 @@ import type { EventRecord, SessionRecord, Store } from '../../src/store/store.ts
 import type { TapTest } from '../helpers/app.ts'
 import { postgresUrl, withSchema } from '../helpers/postgres.ts'
 import { until } from '../helpers/server-process.ts'
+import { startTcpProxy } from '../helpers/tcp-proxy.ts'
 import { testSession } from '../store/contract.ts'
 
 /** Two "processes" in one test: each with its own store (pool), channel and bus, on one schema. */
@@ -94,6 +96,50 @@ t.test('a listening connection that drops reconnects, and what was written meanw
   await a.log.append(event('after'))
   await until(async () => onB.length === 3, 10_000, 'the events written while the connection was down')
   t.same(onB.map((e) => [e.seq, e.type]), [[1, 'before'], [2, 'while cut'], [3, 'after']])
+})
+
+t.test('a listening connection the network silences (nothing closes) is noticed and replaced; the events written meanwhile arrive', async (t) => {
+  // B listens through a proxy that can drop the network under it; its pool, and A, do not.
+  const schema = await withSchema(t)
+  const target = new URL(postgresUrl)
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) })
+  t.teardown(() => proxy.close())
+  const viaProxy = new URL(postgresUrl)
+  viaProxy.port = String(proxy.port)
+  const open = async (name: string, listenVia?: string) => {
+    const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
+    await store.migrate()
+    const errors: string[] = []
+    const connect = listenVia
+      ? () => new pg.Client({ connectionString: listenVia, options: `-c search_path=${schema}`, connectionTimeoutMillis: 1000 })
+      : () => store.newClient()
+    const channel = await PostgresChannel.open(store.pool, connect, (err) => errors.push(err.message), { everyMs: 200, timeoutMs: 300 })
+    const bus = new SharedEventBus({ store, channel, processId: name, onError: () => undefined })
+    t.teardown(async () => {
+      await bus.close()
+      await channel.close()
+      await store.close()
+    })
+    return { store, bus, errors, log: new EventLog(store, bus) }
+  }
+  const a = await open('own_a')
+  const b = await open('own_b', viaProxy.toString())
+  const now = new Date().toISOString()
+  await a.store.createSession(testSession('ses_bus', { createdAt: now, updatedAt: now }))
+  const onB: EventRecord[] = []
+  b.bus.subscribe('ses_bus', (e) => onB.push(e))
+  await b.bus.subscribed('ses_bus')
+  await a.log.append(event('before'))
+  await until(async () => onB.length === 1, 5000, 'the first event')
+
+  proxy.partition()
+  await a.log.append(event('while silent'))
+  await until(async () => b.errors.some((m) => m.includes('did not answer')), 5000, 'the silent connection noticed')
+  proxy.restore()
+  await until(async () => onB.length === 2, 10_000, 'the event written while the connection was silent')
+  await a.log.append(event('after'))
+  await until(async () => onB.length === 3, 5000, 'wake-ups again')
+  t.same(onB.map((e) => [e.seq, e.type]), [[1, 'before'], [2, 'while silent'], [3, 'after']])
 })
 
 t.test('a reconnect during a catch-up read still reads what was written while the channel was down', async (t) => {
