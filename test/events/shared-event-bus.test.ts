@@ -10,26 +10,34 @@ import type { EventRecord, SessionRecord, Store } from '../../src/store/store.ts
 import type { TapTest } from '../helpers/app.ts'
 import { postgresUrl, withSchema } from '../helpers/postgres.ts'
 import { until } from '../helpers/server-process.ts'
-import { startTcpProxy } from '../helpers/tcp-proxy.ts'
+import { proxyInFrontOf } from '../helpers/tcp-proxy.ts'
 import { testSession } from '../store/contract.ts'
 
-/** Two "processes" in one test: each with its own store (pool), channel and bus, on one schema. */
-async function twoProcesses(t: TapTest) {
+/**
+ * Two "processes" in one test: each with its own store (pool), channel and bus, on one schema.
+ * `bListensVia`: a URL B's listening connection takes instead (a proxy), asked every 200 ms whether it is alive.
+ */
+async function twoProcesses(t: TapTest, options: { bListensVia?: string } = {}) {
   const schema = await withSchema(t)
-  const open = async (name: string) => {
+  const open = async (name: string, listenVia?: string) => {
     const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
     await store.migrate()
-    const channel = await PostgresChannel.open(store.pool, () => store.newClient(), () => undefined)
+    const errors: string[] = []
+    const connect = listenVia
+      ? () => new pg.Client({ connectionString: listenVia, options: `-c search_path=${schema}`, connectionTimeoutMillis: 1000 })
+      : () => store.newClient()
+    const check = listenVia ? { everyMs: 200, timeoutMs: 300 } : undefined
+    const channel = await PostgresChannel.open(store.pool, connect, (err) => errors.push(err.message), check)
     const bus = new SharedEventBus({ store, channel, processId: name, onError: () => undefined })
     t.teardown(async () => {
       await bus.close()
       await channel.close()
       await store.close()
     })
-    return { store, channel, bus, log: new EventLog(store, bus) }
+    return { store, channel, bus, errors, log: new EventLog(store, bus) }
   }
   const a = await open('own_a')
-  const b = await open('own_b')
+  const b = await open('own_b', options.bListensVia)
   const now = new Date().toISOString()
   const session: SessionRecord = testSession('ses_bus', { createdAt: now, updatedAt: now })
   await a.store.createSession(session)
@@ -100,32 +108,8 @@ t.test('a listening connection that drops reconnects, and what was written meanw
 
 t.test('a listening connection the network silences (nothing closes) is noticed and replaced; the events written meanwhile arrive', async (t) => {
   // B listens through a proxy that can drop the network under it; its pool, and A, do not.
-  const schema = await withSchema(t)
-  const target = new URL(postgresUrl)
-  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) })
-  t.teardown(() => proxy.close())
-  const viaProxy = new URL(postgresUrl)
-  viaProxy.port = String(proxy.port)
-  const open = async (name: string, listenVia?: string) => {
-    const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
-    await store.migrate()
-    const errors: string[] = []
-    const connect = listenVia
-      ? () => new pg.Client({ connectionString: listenVia, options: `-c search_path=${schema}`, connectionTimeoutMillis: 1000 })
-      : () => store.newClient()
-    const channel = await PostgresChannel.open(store.pool, connect, (err) => errors.push(err.message), { everyMs: 200, timeoutMs: 300 })
-    const bus = new SharedEventBus({ store, channel, processId: name, onError: () => undefined })
-    t.teardown(async () => {
-      await bus.close()
-      await channel.close()
-      await store.close()
-    })
-    return { store, bus, errors, log: new EventLog(store, bus) }
-  }
-  const a = await open('own_a')
-  const b = await open('own_b', viaProxy.toString())
-  const now = new Date().toISOString()
-  await a.store.createSession(testSession('ses_bus', { createdAt: now, updatedAt: now }))
+  const { proxy, url: viaProxy } = await proxyInFrontOf(t, postgresUrl, 5432)
+  const { a, b } = await twoProcesses(t, { bListensVia: viaProxy.toString() })
   const onB: EventRecord[] = []
   b.bus.subscribe('ses_bus', (e) => onB.push(e))
   await b.bus.subscribed('ses_bus')

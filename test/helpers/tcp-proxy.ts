@@ -73,3 +73,13 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     }
   }
 }
+
+/** A proxy in front of the server a URL names (closed when the test ends), and the same URL through it. */
+export async function proxyInFrontOf(t: { teardown(fn: () => unknown): void }, url: string, defaultPort: number): Promise<{ proxy: TcpProxy; url: URL }> {
+  const target = new URL(url)
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || defaultPort) })
+  t.teardown(() => proxy.close())
+  const through = new URL(url)
+  through.port = String(proxy.port)
+  return { proxy, url: through }
+}

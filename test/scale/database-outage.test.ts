@@ -6,7 +6,7 @@ import { tempDir } from '../helpers/app.ts'
 import { postgresUrl, withSchema } from '../helpers/postgres.ts'
 import { startServer, until } from '../helpers/server-process.ts'
 import { readSse, type StreamedEvent } from '../helpers/sse.ts'
-import { startTcpProxy } from '../helpers/tcp-proxy.ts'
+import { proxyInFrontOf } from '../helpers/tcp-proxy.ts'
 
 /**
  * One process on PostgreSQL whose database goes away under it, through a TCP proxy: closed
@@ -16,11 +16,7 @@ import { startTcpProxy } from '../helpers/tcp-proxy.ts'
  */
 t.test('PostgreSQL out of reach: 503s, no hang, and the runs ended once it is back', async (t) => {
   const schema = await withSchema(t)
-  const target = new URL(postgresUrl)
-  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) })
-  t.teardown(() => proxy.close())
-  const viaProxy = new URL(postgresUrl)
-  viaProxy.port = String(proxy.port)
+  const { proxy, url: viaProxy } = await proxyInFrontOf(t, postgresUrl, 5432)
   viaProxy.search = `?options=${encodeURIComponent(`-c search_path=${schema}`)}`
   const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
   t.teardown(() => devModel.close())

@@ -1,7 +1,7 @@
 import t from 'tap'
 import { startCluster } from '../helpers/cluster.ts'
 import { readSse } from '../helpers/sse.ts'
-import { startTcpProxy } from '../helpers/tcp-proxy.ts'
+import { proxyInFrontOf } from '../helpers/tcp-proxy.ts'
 
 const redisUrl = process.env.AGENTD_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379'
 
@@ -75,11 +75,7 @@ t.test('with AGENTD_REDIS_URL, two processes share wake-ups, rate limits and str
  * database, and the counts are shared again.
  */
 t.test('Redis goes away and comes back: nothing waits for it, and nothing is missed', async (t) => {
-  const target = new URL(redisUrl)
-  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 6379) })
-  t.teardown(() => proxy.close())
-  const viaProxy = new URL(redisUrl)
-  viaProxy.port = String(proxy.port)
+  const { proxy, url: viaProxy } = await proxyInFrontOf(t, redisUrl, 6379)
   const cluster = await startCluster(t, 2, { AGENTD_REDIS_URL: viaProxy.toString(), AGENTD_RATE_LIMIT_MAX: '1000' })
   const [a, b] = cluster.servers as [typeof cluster.servers[0], typeof cluster.servers[0]]
   const { api, devModel } = cluster
