@@ -93,7 +93,19 @@ export interface AppOptions {
   ssePingMs?: number
   /** How far (bytes) an SSE reader may fall behind before it is dropped; default 4 MiB. */
   sseMaxBufferedBytes?: number
+  /** How long a client may take to send a whole request, headers and body; default REQUEST_TIMEOUT_MS (tests shorten it). */
+  requestTimeoutMs?: number
 }
+
+/**
+ * How long a client may take to send a whole request (headers and body; not the answer, so an SSE
+ * stream or ?wait=true may last as long as it must). Fastify's default is no limit: a client that
+ * sends its body a byte every few seconds held its connection, and a file descriptor, for good,
+ * and a few thousand such clients would take every descriptor the process has. A 1 MiB body
+ * (AGENTD_BODY_LIMIT's default) needs ~35 KB/s to arrive in time. Node answers slow headers with
+ * 408 and closes; a slow body gets the same from an onRequest hook (Node does not time bodies).
+ */
+export const REQUEST_TIMEOUT_MS = 30_000
 
 /** Log paths that may hold secrets; pino replaces them before a line is written. */
 export const REDACT_PATHS = [
@@ -157,7 +169,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     serviceVersion: version,
     onExportFailure: (err, failedExports) => app.log.warn({ err, failedExports }, 'trace export failed; runs go on without it')
   })
+  const requestTimeoutMs = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS
   const app = Fastify({
+    requestTimeout: requestTimeoutMs,
+    // How often Node looks for requests past their time (its default, 30 s, would double the limit).
+    http: { connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeoutMs / 6))) },
     logger: withRedaction(options.logger ?? { level: config.logLevel }, tracing.enabled ? () => tracing.logFields() : undefined),
     genReqId: requestIdFor,
     bodyLimit: config.bodyLimit,
@@ -175,6 +191,23 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   // JSON only: without this Fastify would parse text/plain bodies too.
   app.removeContentTypeParser('text/plain')
+
+  // Node's requestTimeout ends a request whose headers come too slowly, not one whose body does:
+  // a body gets the same time here, counted from its headers. Node's own 408 is sent the same way.
+  app.addHook('onRequest', async (request) => {
+    const raw = request.raw
+    const length = raw.headers['content-length']
+    if (raw.complete || ((length === undefined || length === '0') && raw.headers['transfer-encoding'] === undefined)) return
+    const timer = setTimeout(() => {
+      if (raw.complete || raw.socket.destroyed) return
+      request.log.info({ requestTimeoutMs }, 'request body too slow: closing the connection')
+      raw.socket.end('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n')
+      raw.socket.destroySoon()
+    }, requestTimeoutMs)
+    timer.unref()
+    raw.once('end', () => clearTimeout(timer))
+    raw.once('close', () => clearTimeout(timer))
+  })
 
   const state: ServiceState = { draining: false, storeFailure: null }
   // Fastify's logger is pino; its published type is a narrower view of the same object.

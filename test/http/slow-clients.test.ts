@@ -1,0 +1,51 @@
+import { connect } from 'node:net'
+import t from 'tap'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { readSse } from '../helpers/sse.ts'
+
+/** Sends `head`, then one byte of `trickle` every 100 ms; resolves with what came back and when the server closed. */
+function trickle(port: number, head: string, trickle: string): Promise<{ answer: string; closedAfterMs: number }> {
+  return new Promise((resolve) => {
+    const started = Date.now()
+    const socket = connect(port, '127.0.0.1')
+    let answer = ''
+    let sent = 0
+    socket.write(head)
+    const timer = setInterval(() => socket.write(trickle[sent++ % trickle.length] as string), 100)
+    socket.on('data', (data) => (answer += String(data)))
+    socket.on('error', () => undefined)
+    socket.on('close', () => {
+      clearInterval(timer)
+      resolve({ answer, closedAfterMs: Date.now() - started })
+    })
+    setTimeout(() => socket.destroy(), 10_000)
+  })
+}
+
+t.test('a client that sends its request too slowly is answered 408 and closed; answers and streams may take their time', async (t) => {
+  // 600 ms here; REQUEST_TIMEOUT_MS (30 s) in the service. Before, a body sent a byte every few
+  // seconds held its connection for good.
+  const { app, devModel } = await buildTestApp(t, { app: { requestTimeoutMs: 600 } })
+  const base = await listen(app)
+  const port = Number(new URL(base).port)
+
+  const slowBody = await trickle(port, 'POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{', ' ')
+  t.match(slowBody.answer, /^HTTP\/1\.1 408/, 'a body that trickles: 408')
+  t.ok(slowBody.closedAfterMs < 3000, `closed after ${slowBody.closedAfterMs} ms`)
+  const slowHeaders = await trickle(port, 'GET /healthz HTTP/1.1\r\n', 'X-Slow: yes\r\n')
+  t.match(slowHeaders.answer, /^HTTP\/1\.1 408/, 'headers that trickle: 408')
+  t.ok(slowHeaders.closedAfterMs < 3000, `closed after ${slowHeaders.closedAfterMs} ms`)
+
+  // The limit is on receiving the request, not on the answer.
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const streamed = readSse(`${base}/v1/sessions/${session.id}/events?until=done`, { timeoutMs: 10_000 })
+  devModel.script({ text: 'an answer that takes its time', delayMs: 1500 })
+  const waited = await fetch(`${base}/v1/sessions/${session.id}/messages?wait=true`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ content: 'hi' })
+  })
+  t.equal(waited.status, 200, '?wait=true answers after 1.5 s')
+  t.equal(((await waited.json()) as { run: { status: string } }).run.status, 'completed')
+  const stream = await streamed
+  t.ok(stream.endedByServer, 'a stream open for 1.5 s ran to its done')
+  t.equal(stream.events.at(-1)?.type, 'done')
+})
