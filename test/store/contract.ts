@@ -134,7 +134,11 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     await store.commit([ev(event('ses_e'))])
     const [deleted, late] = await Promise.allSettled([store.deleteSession('t', 'ses_e'), store.commit([ev(event('ses_e')), ev(event('ses_e'))])])
     t.equal(deleted.status === 'fulfilled' && deleted.value, true)
-    t.match(late, { status: 'rejected', reason: { code: 'SESSION_GONE' } }, 'a unit handed over right after the deletion')
+    // Handed over together, the two may reach a database of several connections in either order
+    // (seen on PostgreSQL under load): the unit fails as SESSION_GONE, or it was committed first
+    // and the deletion took it with the session. Never a unit stored for a deleted session.
+    if (late.status === 'fulfilled') t.same(await store.listEvents('ses_e', { after: 0 }), [], 'a unit committed first went with the session')
+    else t.match(late, { status: 'rejected', reason: { code: 'SESSION_GONE' } }, 'a unit handed over right after the deletion')
     await store.createSession(session('ses_e'))
     const [first] = await store.commit([ev(event('ses_e'))])
     t.equal(first?.seq, 1, 'a session made again under the same ID starts from seq 1')
