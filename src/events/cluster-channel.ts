@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis'
 import pg from 'pg'
+import { selectOne } from '../store/postgres.ts'
 
 /** What agentd processes on one database tell each other. Every message names its sender. */
 export type ClusterMessage =
@@ -136,8 +137,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
     if (!client || this.#checking) return
     this.#checking = true
     try {
-      const question: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: timeoutMs }
-      await client.query(question)
+      await selectOne(client, timeoutMs)
     } catch (err) {
       this.#onError(new Error(`the listening connection did not answer (${(err as Error).message}); reconnecting`, { cause: err }))
       this.#reconnectSoon(client)

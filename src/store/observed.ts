@@ -19,8 +19,9 @@ export const STORE_FAILURE_TTL_MS = 30_000
  * (other operations succeeding says nothing about the one that failed), and so does
  * `ttlMs` without a new failure. Two kinds of cause are the whole database's, not the call's
  * (storeUnavailable): one out of reach is only logged, since /readyz asks the database itself,
- * and one that cannot write (a full disk) is cleared by any unit of work committed after it. The callers decide what a failure means for them
- * (a run ends as failed, a request gets 5xx); this only makes the failure visible.
+ * and one that cannot write (a full disk) is cleared by any unit of work committed after it.
+ * The callers decide what a failure means for them (a run ends as failed, a request gets 5xx);
+ * this only makes the failure visible.
  */
 export function observeStore(
   store: Store, health: StoreHealth, onFailure: (operation: string, err: unknown) => void, ttlMs = STORE_FAILURE_TTL_MS

@@ -171,9 +171,7 @@ export class PostgresStore implements Store {
 
   async ping(): Promise<void> {
     if (this.#closed) throw new StoreClosedError()
-    // pg reads query_timeout off a query's config too; its types know it only on the client's.
-    const ping: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: Math.min(PING_TIMEOUT_MS, this.#queryTimeoutMs) }
-    await this.pool.query(ping)
+    await selectOne(this.pool, Math.min(PING_TIMEOUT_MS, this.#queryTimeoutMs))
   }
 
   async close(): Promise<void> {
@@ -201,8 +199,7 @@ export class PostgresStore implements Store {
         await client.query('COMMIT')
         return result
       } catch (err) {
-        if (storeUnavailable(err) === 'unreachable') broken = err as Error
-        else await client.query('ROLLBACK').catch((rollbackError: Error) => (broken = rollbackError))
+        broken = await rollBack(client, err)
         throw err
       }
     } finally {
@@ -441,16 +438,33 @@ async function runUnits(client: pg.PoolClient, units: PendingUnit[]): Promise<At
       })
     }
   } catch (error) {
-    // A connection that broke or timed out cannot roll back (a ROLLBACK would wait behind the
-    // statement that hangs): dropping it rolls the transaction back on the server.
-    if (storeUnavailable(error) === 'unreachable') return { ok: false, error, broken: true }
-    try {
-      await client.query('ROLLBACK')
-      return { ok: false, error, broken: false }
-    } catch {
-      return { ok: false, error, broken: true }
-    }
+    return { ok: false, error, broken: (await rollBack(client, error)) !== undefined }
   }
+}
+
+/**
+ * Rolls back the transaction that `cause` failed; resolves with what broke the connection (for
+ * the pool to drop it), or undefined when it rolled back and may be reused. A connection that
+ * broke or timed out is not asked (a ROLLBACK would wait behind the statement that hangs):
+ * dropping it rolls the transaction back on the server.
+ */
+async function rollBack(client: pg.PoolClient, cause: unknown): Promise<Error | undefined> {
+  if (storeUnavailable(cause) === 'unreachable') return cause as Error
+  try {
+    await client.query('ROLLBACK')
+    return undefined
+  } catch (err) {
+    return err as Error
+  }
+}
+
+/**
+ * Asks `SELECT 1` and gives the answer `timeoutMs` at most: whether a pool or a connection is
+ * alive. pg reads query_timeout off a query's config too; its types know it only on the client's.
+ */
+export async function selectOne(on: pg.Pool | pg.ClientBase, timeoutMs: number): Promise<void> {
+  const question: pg.QueryConfig & { query_timeout: number } = { text: 'SELECT 1', query_timeout: timeoutMs }
+  await on.query(question)
 }
 
 /** Resolves a committed unit with its events, or rejects it when its session was gone. */
