@@ -38,12 +38,15 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
   }, async (request, reply) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
     const { query } = request
+    // Last-Event-ID wins over ?after: an EventSource opened at `…?after=n` keeps that URL and sends
+    // the last seq it received when it reconnects, so ?after there is where it started, the header
+    // where it got to (taking ?after would replay everything in between a second time).
     const lastEventId = request.headers['last-event-id']
-    const after = query.after ?? (lastEventId === undefined ? 0 : Number(lastEventId))
+    const after = lastEventId === undefined ? query.after ?? 0 : Number(lastEventId)
     if (after > session.lastSeq) {
       // Events are numbered without gaps and stored before anyone sees them, so no client can
       // have seen this seq: resuming from it would silently skip the next events up to it.
-      const field = query.after === undefined ? 'headers.last-event-id' : 'querystring.after'
+      const field = lastEventId === undefined ? 'querystring.after' : 'headers.last-event-id'
       throw new ApiError('VALIDATION_ERROR', `${field} ${after} is beyond the session's last event (${session.lastSeq}); resume from at most ${session.lastSeq}`, {
         fields: [{ field, message: `must be at most the session's lastSeq (${session.lastSeq})`, keyword: 'maximum' }],
         lastSeq: session.lastSeq

@@ -182,7 +182,7 @@ export function eventDocumentSchemas(): Record<string, unknown> {
 
 export const EventsQuerySchema = Type.Object(
   {
-    after: Type.Optional(Type.Integer({ minimum: 0, description: 'replay events with a larger seq (overrides Last-Event-ID)' })),
+    after: Type.Optional(Type.Integer({ minimum: 0, description: 'replay events with a larger seq; a Last-Event-ID header wins over it (an EventSource reconnecting to the URL it was opened with sends where it got to)' })),
     channels: Type.Optional(Type.String({ pattern: '^(progress|control|monitor)(,(progress|control|monitor))*$', description: 'comma list' })),
     types: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9_:]+(,[A-Za-z0-9_:]+)*$', maxLength: 1000, description: 'comma list of event types' })),
     until: Type.Optional(StringEnum(['done'], { description: 'end the stream after the next done event' })),

@@ -23,6 +23,7 @@ interface Scenario {
     unnamed: number
     middle: number
     resumed: number[]
+    resumedOpens: number
   }>
 }
 const KEY = 'key-of-tenant-a-0123456789abcdef'
@@ -66,17 +67,22 @@ window.scenario = async (api, key) => {
   await waitFor(() => doneCount() === 2)
   es.close()
 
-  // Resume in the middle, as a page reloaded after the seq it last saw would.
-  const middle = received[Math.floor(received.length / 2)].seq
+  // Resume in the middle of the first run, as a page reloaded after the seq it last saw would. The
+  // stream ends at that run's done; the browser reconnects by itself to the URL it was opened with,
+  // ?after included, sending Last-Event-ID: the second run follows, nothing of the first again.
+  const middle = received[Math.floor(received.findIndex((e) => e.type === 'done') / 2)].seq
   const resumed = []
+  let resumedOpens = 0
   await new Promise((resolve) => {
     const again = new EventSource(eventsUrl.replace('?', '?after=' + middle + '&'))
+    again.onopen = () => resumedOpens++
+    let dones = 0
     for (const type of TYPES) again.addEventListener(type, (message) => {
       resumed.push(JSON.parse(message.data).seq)
-      if (type === 'done') { again.close(); resolve() }
+      if (type === 'done' && ++dones === 2) { again.close(); resolve() }
     })
   })
-  return { sessionId: session.id, firstStatus: first.status, received, opens, unnamed, middle, resumed }
+  return { sessionId: session.id, firstStatus: first.status, received, opens, unnamed, middle, resumed, resumedOpens }
 }
 </script>`
 
@@ -111,8 +117,7 @@ t.test('a browser EventSource on another origin follows a run with a stream toke
   t.ok(result.received.every((e) => e.lastEventId === String(e.seq)), 'lastEventId is the seq')
   t.equal(result.opens, 2, 'the browser reconnected by itself after the server ended the stream at done')
   t.equal(result.unnamed, 0, 'onmessage never fires: every event is named by its type')
-  const after = result.received.filter((e) => e.seq > result.middle)
-  const untilDone = after.slice(0, after.findIndex((e) => e.type === 'done') + 1).map((e) => e.seq)
-  t.same(result.resumed, untilDone, 'the resume starts right after ?after and ends at the next done')
+  t.same(result.resumed, seqs.filter((seq) => seq > result.middle), 'the resume starts right after ?after, and its reconnect after Last-Event-ID: no repeat')
+  t.equal(result.resumedOpens, 2, 'the resumed stream ended at the first run\'s done and reconnected by itself')
   t.same(consoleErrors, [], 'no CORS or other error in the console')
 })

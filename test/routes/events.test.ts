@@ -34,6 +34,18 @@ t.test('replay and resume', async (t) => {
     }
   })
 
+  t.test('a reconnect to a URL with ?after resumes from its Last-Event-ID, as an EventSource opened at ?after=n does', async (t) => {
+    // The browser keeps the URL it was opened with (…?after=1) and sends the last seq it got.
+    const point = Math.floor(last / 2)
+    const res = await readSse(`${base}/v1/sessions/${session.id}/events?after=1&until=done`, { headers: { 'last-event-id': String(point) }, timeoutMs: 300 })
+    t.same(res.events.map((e) => e.seq), events.filter((e) => e.seq > point).map((e) => e.seq), 'nothing it already has comes again')
+    const page = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?after=1`, headers: { accept: 'application/json', 'last-event-id': String(point) } })
+    t.same(page.json().data.map((e: StreamedEvent) => e.seq), events.filter((e) => e.seq > point).map((e) => e.seq), 'the same for a JSON page')
+    const beyond = await readSse(`${base}/v1/sessions/${session.id}/events?after=1`, { headers: { 'last-event-id': String(last + 1) }, timeoutMs: 2000 })
+    t.equal(beyond.status, 400)
+    t.equal(JSON.parse(beyond.body).error.details.fields[0].field, 'headers.last-event-id', 'the 400 names the point it resumed from')
+  })
+
   t.test('?until=done ends the stream after the done event', async (t) => {
     const res = await readSse(`${base}/v1/sessions/${session.id}/events?until=done`)
     t.ok(res.endedByServer)

@@ -130,7 +130,7 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
   if (options.channels?.length) query.set('channels', options.channels.join(','))
   if (options.types?.length) query.set('types', options.types.join(','))
   const url = `${client.baseUrl}/v1/sessions/${encodeURIComponent(options.sessionId)}/events${query.size ? `?${query}` : ''}`
-  // Resume point: sent as Last-Event-ID (not ?after, which would override it on every reconnect).
+  // Resume point: sent as Last-Event-ID, moved on as events arrive; the URL stays the same on every reconnect.
   let lastSeq = options.after
   let retryMs = 2000
   let failures = 0

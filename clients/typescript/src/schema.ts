@@ -2577,7 +2577,7 @@ export interface operations {
     streamEvents: {
         parameters: {
             query?: {
-                /** @description replay events with a larger seq (overrides Last-Event-ID) */
+                /** @description replay events with a larger seq; a Last-Event-ID header wins over it (an EventSource reconnecting to the URL it was opened with sends where it got to) */
                 after?: number;
                 /** @description comma list */
                 channels?: string;
