@@ -1,4 +1,5 @@
 import { newId } from '../ids.ts'
+import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { MessageRecord, MessageToolCall, StoreWrite, ToolCallRecord } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
@@ -237,20 +238,24 @@ function saveCall(record: ToolCallRecord): StoreWrite {
 
 type ParsedArguments = { ok: true; value: unknown } | { ok: false; message: string }
 
+/** The model's arguments text as a value; text that is not JSON, or nests too deep to store, is refused (the raw text is kept as the call's input). */
 function parseArguments(text: string): ParsedArguments {
   if (text.trim() === '') return { ok: true, value: {} }
+  if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+    return { ok: false, message: `they nest arrays and objects deeper than ${MAX_JSON_DEPTH} levels` }
+  }
   try {
     return { ok: true, value: JSON.parse(text) }
   } catch (err) {
-    return { ok: false, message: (err as Error).message }
+    return { ok: false, message: `they are not valid JSON: ${(err as Error).message}` }
   }
 }
 
 function invalidArguments(toolName: string, reason: string): ClassifiedError {
   return classified({
     errorType: 'validation', code: 'VALIDATION_ERROR',
-    message: `The arguments of ${toolName} are not valid JSON: ${reason}`,
-    recommendations: [`Call ${toolName} again with its arguments as one JSON object matching its parameters schema.`]
+    message: `The arguments of ${toolName} were refused: ${reason}`,
+    recommendations: [`Call ${toolName} again with its arguments as one JSON object matching its parameters schema (nested at most ${MAX_JSON_DEPTH} levels deep).`]
   })
 }
 

@@ -141,6 +141,23 @@ t.test('every errorType reaches the model as {ok:false, error, errorType, code, 
   for (const e of errors) t.notOk(e.data.error.fatal, `${e.data.error.code} is not fatal`)
 })
 
+t.test('arguments the model sends that are not JSON, or nest too deep to store, come back to it as validation errors', async (t) => {
+  const ctx = await buildTestApp(t)
+  const deep = '{"path":' + '['.repeat(100_000) + ']'.repeat(100_000) + '}'
+  const { toolResults, events, run } = await runCalls(ctx, { tools: ['fs_list'] }, [
+    { name: 'fs_list', arguments: '{"path": ' },
+    { name: 'fs_list', arguments: deep }
+  ])
+  t.equal(run.status, 'completed', 'the run goes on to its answer')
+  const [broken, tooDeep] = toolResults
+  t.match(broken, { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', error: /not valid JSON/ })
+  t.match(tooDeep, { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', error: /deeper than 128 levels/ })
+  t.match(tooDeep.recommendations.join(' '), /at most 128 levels/, 'says what to send instead')
+  const ends = events.filter((e) => e.type === 'tool:end').map((e) => e.data.call)
+  t.same(ends.map((call) => call.state), ['failed', 'failed'], 'both calls are stored, with their start and end')
+  t.equal(ends[1].input, deep, 'the refused arguments are kept as the text the model sent')
+})
+
 t.test('an unexpected failure around a tool is an exception the run survives', async (t) => {
   const ctx = await buildTestApp(t)
   ctx.app.agentd.tools.executor = async () => async () => {

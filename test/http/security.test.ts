@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import t from 'tap'
 import { ConfigError, loadConfig } from '../../src/config.ts'
-import { jsonDepth, MAX_JSON_DEPTH } from '../../src/http/security.ts'
+import { jsonDepth, MAX_JSON_DEPTH } from '../../src/json-depth.ts'
 import { buildTestApp, listen, type TapTest } from '../helpers/app.ts'
 import { readSse } from '../helpers/sse.ts'
 
