@@ -80,6 +80,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       const body = chatRequestJson(request)
 
       const calls = new Map<number, { id: string; name: string; arguments: string }>()
+      let lastCall: { id: string } | undefined
+      let lastIndex = 0
       let finishReason: string | null = null
       let usage: Usage | null = null
       try {
@@ -115,24 +117,26 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
               if (chunk.usage) usage = toUsage(chunk.usage)
               const choice = chunk.choices?.[0]
               if (!choice) continue
-              // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
-              const delta = choice.delta as ChatCompletionChunk.Choice.Delta & { reasoning_content?: string | null; reasoning?: string | null }
-              const reasoning = delta.reasoning_content ?? delta.reasoning
-              const size = (reasoning?.length ?? 0) + (delta.content?.length ?? 0) + argumentsLength(delta.tool_calls)
+              const delta = readDelta(choice)
+              const size = delta.reasoning.length + delta.content.length + delta.toolCallsLength
               if (size > 0) {
                 answerChars += size
                 if (++answerChunks > MAX_ANSWER_CHUNKS || answerChars > MAX_ANSWER_CHARS) throw answerTooLong(answerChars, answerChunks)
               }
-              if (reasoning) yield { type: 'reasoning', delta: reasoning }
+              if (delta.reasoning) yield { type: 'reasoning', delta: delta.reasoning }
               if (delta.content) yield { type: 'text', delta: delta.content }
-              for (const fragment of delta.tool_calls ?? []) {
-                const call = calls.get(fragment.index) ?? { id: '', name: '', arguments: '' }
+              for (const fragment of delta.toolCalls) {
+                // Without an index (some servers leave it out), a fragment with an ID of its own starts the next call and one without continues the last.
+                const index = fragment.index ?? (fragment.id && fragment.id !== lastCall?.id ? calls.size : lastIndex)
+                const call = calls.get(index) ?? { id: '', name: '', arguments: '' }
                 if (fragment.id) call.id = fragment.id
-                if (fragment.function?.name) call.name += fragment.function.name
-                if (fragment.function?.arguments) call.arguments += fragment.function.arguments
-                calls.set(fragment.index, call)
+                call.name += fragment.name
+                call.arguments += fragment.arguments
+                calls.set(index, call)
+                lastCall = call
+                lastIndex = index
               }
-              if (choice.finish_reason) finishReason = choice.finish_reason
+              if (delta.finishReason) finishReason = delta.finishReason
             }
             if (text === null) break
           }
@@ -180,21 +184,79 @@ function parseChunk(event: ServerSentEvent, headers: Headers): ChatCompletionChu
   return chunk
 }
 
-function toUsage(u: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number }): Usage {
-  const inputTokens = u.prompt_tokens ?? 0
-  const outputTokens = u.completion_tokens ?? 0
-  return { inputTokens, outputTokens, totalTokens: u.total_tokens ?? inputTokens + outputTokens }
+/**
+ * The usage a chunk reports. A count that is not a whole number of zero or more (a string, a
+ * negative number, null) is taken as absent: accounting is not worth failing an answer for, and
+ * a count stored as "10" would be summed as text and break every later read of the run.
+ */
+function toUsage(u: unknown): Usage {
+  const { prompt_tokens, completion_tokens, total_tokens } = (typeof u === 'object' && u !== null ? u : {}) as Record<string, unknown>
+  const inputTokens = tokenCount(prompt_tokens) ?? 0
+  const outputTokens = tokenCount(completion_tokens) ?? 0
+  return { inputTokens, outputTokens, totalTokens: tokenCount(total_tokens) ?? inputTokens + outputTokens }
+}
+
+function tokenCount(value: unknown): number | null {
+  return Number.isSafeInteger(value) && (value as number) >= 0 ? value as number : null
+}
+
+/** One delta's parts, checked: every field agentd reads has the type the API gives it. */
+interface Delta {
+  content: string
+  reasoning: string
+  toolCalls: Array<{ index: number | undefined; id: string; name: string; arguments: string }>
+  /** Characters of the tool calls' names and arguments, counted toward the answer's limit. */
+  toolCallsLength: number
+  finishReason: string | null
+}
+
+/**
+ * The delta of a chunk's first choice. A missing or null delta (a final chunk that carries only
+ * its finish_reason) is empty; a field of the wrong type (text that is an object, tool calls that
+ * are not a list) is a server that does not speak the API: INVALID_RESPONSE, naming the field.
+ */
+function readDelta(choice: ChatCompletionChunk.Choice): Delta {
+  const raw: Record<string, unknown> = typeof choice.delta === 'object' && choice.delta !== null ? choice.delta as unknown as Record<string, unknown> : {}
+  // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
+  const reasoning = raw['reasoning_content'] ?? raw['reasoning']
+  const delta: Delta = {
+    content: text(raw['content'], 'delta.content'),
+    reasoning: text(reasoning, raw['reasoning_content'] == null ? 'delta.reasoning' : 'delta.reasoning_content'),
+    toolCalls: [],
+    toolCallsLength: 0,
+    finishReason: choice.finish_reason == null ? null : text(choice.finish_reason, 'finish_reason')
+  }
+  const toolCalls = raw['tool_calls']
+  if (toolCalls == null) return delta
+  if (!Array.isArray(toolCalls)) throw wrongType('delta.tool_calls', 'a list', toolCalls)
+  for (const [i, fragment] of (toolCalls as unknown[]).entries()) {
+    if (typeof fragment !== 'object' || fragment === null) throw wrongType(`delta.tool_calls[${i}]`, 'an object', fragment)
+    const { index, id } = fragment as Record<string, unknown>
+    const fn = (fragment as Record<string, unknown>)['function'] ?? {}
+    if (typeof fn !== 'object' || fn === null) throw wrongType(`delta.tool_calls[${i}].function`, 'an object', fn)
+    if (index != null && !Number.isSafeInteger(index)) throw wrongType(`delta.tool_calls[${i}].index`, 'a whole number', index)
+    const name = text((fn as Record<string, unknown>)['name'], `delta.tool_calls[${i}].function.name`)
+    const args = text((fn as Record<string, unknown>)['arguments'], `delta.tool_calls[${i}].function.arguments`)
+    delta.toolCalls.push({ index: index == null ? undefined : index as number, id: text(id, `delta.tool_calls[${i}].id`), name, arguments: args })
+    delta.toolCallsLength += name.length + args.length
+  }
+  return delta
+}
+
+/** A string field of a delta; absent or null is ''. */
+function text(value: unknown, field: string): string {
+  if (value == null) return ''
+  if (typeof value !== 'string') throw wrongType(field, 'a string', value)
+  return value
+}
+
+function wrongType(field: string, expected: string, value: unknown): ModelError {
+  const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`
+  return createModelError('INVALID_RESPONSE', `The model sent a stream chunk whose ${field} is ${got}, not ${expected}: the server does not follow the Chat Completions API.`)
 }
 
 function isTimeoutReason(reason: unknown): boolean {
   return typeof reason === 'object' && reason !== null && (reason as { name?: unknown }).name === 'TimeoutError'
-}
-
-/** The characters of tool-call argument fragments in one delta. */
-function argumentsLength(calls: ChatCompletionChunk.Choice.Delta['tool_calls']): number {
-  let length = 0
-  for (const call of calls ?? []) length += call.function?.arguments?.length ?? 0
-  return length
 }
 
 function answerTooLong(chars: number, chunks: number): ModelError {

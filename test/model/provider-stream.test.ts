@@ -152,6 +152,57 @@ t.test('a chunk that is not JSON, or JSON but not an object, is INVALID_RESPONSE
   t.equal(text(await collect(provider)), 'fine')
 })
 
+t.test('a field of the wrong type is INVALID_RESPONSE naming it; a chunk without a delta is read as empty', async (t) => {
+  // Before, text that was an object was streamed as a text_chunk whose delta was that object, and
+  // tool calls that were not a list, or a null delta, failed the run as UNKNOWN "failed unexpectedly".
+  const bodies: Array<[object, RegExp]> = [
+    [{ content: { text: 'hi' } }, /delta\.content is an object, not a string/],
+    [{ content: 42 }, /delta\.content is number 42, not a string/],
+    [{ reasoning_content: ['a'] }, /delta\.reasoning_content is a list, not a string/],
+    [{ tool_calls: { index: 0 } }, /delta\.tool_calls is an object, not a list/],
+    [{ tool_calls: [null] }, /delta\.tool_calls\[0\] is null, not an object/],
+    [{ tool_calls: [{ index: 0, id: 7, function: { name: 'f' } }] }, /delta\.tool_calls\[0\]\.id is number 7, not a string/],
+    [{ tool_calls: [{ index: 'first', function: { name: 'f' } }] }, /delta\.tool_calls\[0\]\.index is string first, not a whole number/],
+    [{ tool_calls: [{ index: 0, function: { name: 'f', arguments: { path: '.' } } }] }, /function\.arguments is an object, not a string/]
+  ]
+  const answers = bodies.map(([delta]) => [`data: ${chunk(delta)}\n\n`, `data: ${stop}\n\ndata: [DONE]\n\n`])
+  answers.push([`data: ${chunk({ content: 'kept' })}\n\n`, 'data: {"choices":[{"index":0,"delta":null,"finish_reason":null}]}\n\n',
+    'data: {"choices":[{"index":0,"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'])
+  const { provider } = await startModel(t, (res) => writeApart(res, answers.shift() ?? []))
+  for (const [delta, message] of bodies) {
+    t.match((await failure(provider)).error.classified, { code: 'INVALID_RESPONSE', message }, JSON.stringify(delta))
+  }
+  const parts = await collect(provider)
+  t.equal(text(parts), 'kept')
+  t.match(parts.at(-1), { type: 'finish', finishReason: 'stop' }, 'a null or missing delta is no part, and the finish_reason beside it counts')
+})
+
+t.test('tool-call fragments without an index: a new ID starts the next call, a fragment without one continues the last', async (t) => {
+  const { provider } = await startModel(t, (res) => writeApart(res, [
+    `data: ${chunk({ tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'fs_list', arguments: '{"pa' } }] })}\n\n`,
+    `data: ${chunk({ tool_calls: [{ function: { arguments: 'th":"."}' } }] })}\n\n`,
+    `data: ${chunk({ tool_calls: [{ id: 'call_b', type: 'function', function: { name: 'fs_glob', arguments: '{"pattern":"*"}' } }] })}\n\n`,
+    `data: ${chunk({}, 'tool_calls')}\n\ndata: [DONE]\n\n`
+  ]))
+  const calls = (await collect(provider)).filter((p) => p.type === 'tool_call')
+  t.same(calls, [
+    { type: 'tool_call', id: 'call_a', name: 'fs_list', arguments: '{"path":"."}' },
+    { type: 'tool_call', id: 'call_b', name: 'fs_glob', arguments: '{"pattern":"*"}' }
+  ])
+})
+
+t.test('usage counts that are not whole numbers of zero or more are taken as absent', async (t) => {
+  // Before, "10" was kept as text: the run's usage became "010", and every GET of the run answered 500.
+  const usages = [
+    [{ prompt_tokens: '10', completion_tokens: 'x', total_tokens: null }, { inputTokens: 0, outputTokens: 0, totalTokens: 0 }],
+    [{ prompt_tokens: -5, completion_tokens: 1.5, total_tokens: 1e308 }, { inputTokens: 0, outputTokens: 0, totalTokens: 0 }],
+    [{ prompt_tokens: 7, completion_tokens: 2 }, { inputTokens: 7, outputTokens: 2, totalTokens: 9 }]
+  ] as const
+  const answers = usages.map(([usage]) => [`data: ${chunk({ content: 'a' }, 'stop')}\n\ndata: ${JSON.stringify({ choices: [], usage })}\n\ndata: [DONE]\n\n`])
+  const { provider } = await startModel(t, (res) => writeApart(res, answers.shift() ?? []))
+  for (const [sent, read] of usages) t.same((await collect(provider)).at(-1), { type: 'finish', finishReason: 'stop', usage: read }, JSON.stringify(sent))
+})
+
 t.test('the last event counts even when the stream ends without the blank line after it, or without [DONE]', async (t) => {
   const usage = chunk({}, 'stop', { usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } })
   const { provider } = await startModel(t, (res) => writeApart(res, [`data: ${chunk({ content: 'end' })}\n\n`, `data: ${usage}`]))
@@ -295,6 +346,8 @@ t.test('a server that streams an answer without end fails the call as INVALID_RE
   for (const [what, delta, sentAtMost] of [
     ['text in large chunks', { content: 'y'.repeat(4000) }, 4 * 1024 * 1024 + 8000],
     ['tool-call arguments', { tool_calls: [{ index: 0, function: { arguments: 'z'.repeat(4000) } }] }, 4 * 1024 * 1024 + 8000],
+    // A name is appended fragment by fragment too; before, names were not counted and grew without end.
+    ['a tool-call name', { tool_calls: [{ index: 0, function: { name: 'n'.repeat(4000) } }] }, 4 * 1024 * 1024 + 8000],
     ['one character a chunk', { content: 'y' }, 256 * 1024 + 2]
   ] as const) {
     let sent = 0
@@ -305,7 +358,7 @@ t.test('a server that streams an answer without end fails the call as INVALID_RE
       let gone = false
       res.on('close', () => (gone = true))
       const first = chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] })
-      if (what === 'tool-call arguments') res.write(`data: ${first}\n\n`)
+      if (what !== 'text in large chunks' && what !== 'one character a chunk') res.write(`data: ${first}\n\n`)
       const event = `data: ${chunk(delta)}\n\n`
       while (!gone && sent < 64 * 1024 * 1024) {
         const batch = event.repeat(64)
