@@ -7,6 +7,7 @@ import { classifyModelError, createModelError } from './model-errors.ts'
 import { createDispatcherFetch } from './dispatcher-fetch.ts'
 import { chatRequestJson } from './request-json.ts'
 import { ServerSentEventDecoder, type ServerSentEvent } from './sse.ts'
+import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ModelCallOptions, ModelError, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
 
 export interface OpenAIProviderOptions {
@@ -79,11 +80,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       // The request's JSON is made here (request-json.ts) and handed to the SDK as it is sent.
       const body = chatRequestJson(request)
 
-      const calls = new Map<number, { id: string; name: string; arguments: string }>()
-      let lastCall: { id: string } | undefined
-      let lastIndex = 0
-      let finishReason: string | null = null
-      let usage: Usage | null = null
+      const answer = new Answer()
       try {
         const headers = {
           // A string body with its content type is sent by the SDK as it is (its own JSON encoding is skipped).
@@ -95,8 +92,9 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         const response = await client.post('/chat/completions', { body, stream: true, headers, fetchOptions: http.withSignal(signal) }).asResponse()
         const reader = http.takeBody(response)
         const decoder = new ServerSentEventDecoder()
-        let answerChars = 0
-        let answerChunks = 0
+        // The body's text while no stream event has come: a server that does not stream answers one JSON completion instead.
+        let unstreamed: string[] | null = []
+        let unstreamedChars = 0
         let finished = false
         let sinceTurn = 0
         try {
@@ -111,32 +109,13 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
             const text = await reader.read()
             if (text !== null) sinceTurn += text.length
             const events = text === null ? decoder.end() : decoder.decode(text)
+            if (unstreamed !== null) {
+              if (events.length > 0) unstreamed = null
+              else if (text !== null && (unstreamedChars += text.length) <= MAX_ANSWER_CHARS) unstreamed.push(text)
+            }
             for (const event of events) {
               if (event.data === '[DONE]') break reading
-              const chunk = parseChunk(event, response.headers)
-              if (chunk.usage) usage = toUsage(chunk.usage)
-              const choice = chunk.choices?.[0]
-              if (!choice) continue
-              const delta = readDelta(choice)
-              const size = delta.reasoning.length + delta.content.length + delta.toolCallsLength
-              if (size > 0) {
-                answerChars += size
-                if (++answerChunks > MAX_ANSWER_CHUNKS || answerChars > MAX_ANSWER_CHARS) throw answerTooLong(answerChars, answerChunks)
-              }
-              if (delta.reasoning) yield { type: 'reasoning', delta: delta.reasoning }
-              if (delta.content) yield { type: 'text', delta: delta.content }
-              for (const fragment of delta.toolCalls) {
-                // Without an index (some servers leave it out), a fragment with an ID of its own starts the next call and one without continues the last.
-                const index = fragment.index ?? (fragment.id && fragment.id !== lastCall?.id ? calls.size : lastIndex)
-                const call = calls.get(index) ?? { id: '', name: '', arguments: '' }
-                if (fragment.id) call.id = fragment.id
-                call.name += fragment.name
-                call.arguments += fragment.arguments
-                calls.set(index, call)
-                lastCall = call
-                lastIndex = index
-              }
-              if (delta.finishReason) finishReason = delta.finishReason
+              for (const part of answer.take(parseChunk(event, response.headers))) yield part
             }
             if (text === null) break
           }
@@ -145,23 +124,99 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           // After [DONE] the rest of the body is read and dropped, so that the connection is kept; on a failure or an early stop it is aborted.
           reader.close(finished)
         }
+        if (unstreamed !== null && unstreamedChars > 0) {
+          for (const part of answer.take(completionAsChunk(unstreamed.join(''), unstreamedChars, response.headers))) yield part
+        }
       } catch (err) {
         throw classifyModelError(err, context())
       }
       // A signal that fires after the last chunk was read: the caller must still learn the call was cut short.
       if (signal.aborted) throw classifyModelError(signal.reason, context())
-      if (finishReason === null) {
-        throw createModelError('INVALID_RESPONSE', 'The model stream ended without a finish_reason.')
-      }
-      for (const [index, call] of [...calls].sort(([a], [b]) => a - b)) {
-        if (!call.name) throw createModelError('INVALID_RESPONSE', `The model streamed tool call ${index} without a name.`)
-        yield { type: 'tool_call', id: call.id || `call_${index}`, name: call.name, arguments: call.arguments }
-      }
-      yield { type: 'finish', finishReason, usage }
+      yield* answer.end()
     },
     async close() {
       await dispatcher.close()
     }
+  }
+}
+
+/** What one model call has answered so far: its tool calls, finish reason and usage, and its size against the bounds. */
+class Answer {
+  readonly #calls = new Map<number, { id: string; name: string; arguments: string }>()
+  #lastCall: { id: string } | undefined
+  #lastIndex = 0
+  #finishReason: string | null = null
+  #usage: Usage | null = null
+  #chars = 0
+  #chunks = 0
+
+  /** The text and reasoning parts of one chunk; its tool-call fragments, finish reason and usage are kept for the end. */
+  take(chunk: ChatCompletionChunk): ModelStreamPart[] {
+    if (chunk.usage) this.#usage = toUsage(chunk.usage)
+    const choice = chunk.choices?.[0]
+    if (!choice) return NO_PARTS
+    const delta = readDelta(choice)
+    const size = delta.reasoning.length + delta.content.length + delta.toolCallsLength
+    if (size > 0) {
+      this.#chars += size
+      if (++this.#chunks > MAX_ANSWER_CHUNKS || this.#chars > MAX_ANSWER_CHARS) throw answerTooLong(this.#chars, this.#chunks)
+    }
+    for (const fragment of delta.toolCalls) {
+      // Without an index (some servers leave it out), a fragment with an ID of its own starts the next call and one without continues the last.
+      const index = fragment.index ?? (fragment.id && fragment.id !== this.#lastCall?.id ? this.#calls.size : this.#lastIndex)
+      const call = this.#calls.get(index) ?? { id: '', name: '', arguments: '' }
+      if (fragment.id) call.id = fragment.id
+      call.name += fragment.name
+      call.arguments += fragment.arguments
+      this.#calls.set(index, call)
+      this.#lastCall = call
+      this.#lastIndex = index
+    }
+    if (delta.finishReason) this.#finishReason = delta.finishReason
+    if (delta.reasoning) return delta.content ? [{ type: 'reasoning', delta: delta.reasoning }, { type: 'text', delta: delta.content }] : [{ type: 'reasoning', delta: delta.reasoning }]
+    return delta.content ? [{ type: 'text', delta: delta.content }] : NO_PARTS
+  }
+
+  /** The tool calls, in their order, and the finish; INVALID_RESPONSE if the answer never said it was finished. */
+  *end(): Generator<ModelStreamPart> {
+    const finishReason = this.#finishReason
+    if (finishReason === null) {
+      throw createModelError('INVALID_RESPONSE', 'The model stream ended without a finish_reason.')
+    }
+    for (const [index, call] of [...this.#calls].sort(([a], [b]) => a - b)) {
+      if (!call.name) throw createModelError('INVALID_RESPONSE', `The model streamed tool call ${index} without a name.`)
+      yield { type: 'tool_call', id: call.id || `call_${index}`, name: call.name, arguments: call.arguments }
+    }
+    yield { type: 'finish', finishReason, usage: this.#usage }
+  }
+}
+
+const NO_PARTS: ModelStreamPart[] = []
+
+/**
+ * A body without a single stream event, read as a whole completion (`{choices: [{message,
+ * finish_reason}], usage}`) as a server that ignores `stream: true` answers: its message is taken
+ * as one chunk's delta. Anything else is INVALID_RESPONSE quoting what the server sent.
+ */
+function completionAsChunk(text: string, chars: number, headers: Headers): ChatCompletionChunk {
+  const notAnAnswer = () => createModelError('INVALID_RESPONSE',
+    `The model server answered ${headers.get('content-type') ?? 'without a content type'}, neither an event stream nor a chat completion: ${text.trim().slice(0, 200)}`)
+  if (chars > MAX_ANSWER_CHARS) throw answerTooLong(chars, 1)
+  if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) throw notAnAnswer()
+  let completion: unknown
+  try {
+    completion = JSON.parse(text)
+  } catch {
+    throw notAnAnswer()
+  }
+  if (typeof completion !== 'object' || completion === null) throw notAnAnswer()
+  const { error, choices, usage } = completion as { error?: object; choices?: unknown; usage?: ChatCompletionChunk['usage'] }
+  if (error) throw new APIError(undefined, error, undefined, headers)
+  if (!Array.isArray(choices)) throw notAnAnswer()
+  const choice = choices[0] as { message?: unknown; finish_reason?: unknown } | undefined
+  return {
+    id: '', object: 'chat.completion.chunk', created: 0, model: '', usage: usage ?? null,
+    choices: choice ? [{ index: 0, delta: choice.message as ChatCompletionChunk.Choice.Delta, finish_reason: choice.finish_reason as ChatCompletionChunk.Choice['finish_reason'] }] : []
   }
 }
 

@@ -191,6 +191,36 @@ t.test('tool-call fragments without an index: a new ID starts the next call, a f
   ])
 })
 
+t.test('a server that ignores stream: true and answers one chat completion is read as that answer; a page that is neither is INVALID_RESPONSE quoting it', async (t) => {
+  // Before, every such answer failed the run with "The model stream ended without a finish_reason".
+  const completion = (message: object, finishReason: string) =>
+    JSON.stringify({ id: 'c', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, message, finish_reason: finishReason }], usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } })
+  const answers: Array<[string, string]> = [
+    ['application/json', completion({ role: 'assistant', content: 'Whole, not streamed.' }, 'stop')],
+    ['application/json', completion({ role: 'assistant', content: null, tool_calls: [
+      { id: 'call_1', type: 'function', function: { name: 'fs_list', arguments: '{}' } },
+      { id: 'call_2', type: 'function', function: { name: 'fs_read', arguments: '{"path":"a"}' } }
+    ] }, 'tool_calls')],
+    ['application/json', JSON.stringify({ error: { message: 'Rate limit reached.', type: 'rate_limit_exceeded' } })],
+    ['text/html', '<html><body>Please sign in to the proxy</body></html>']
+  ]
+  const { provider } = await startModel(t, (res) => {
+    const [type, body] = answers.shift() ?? ['text/plain', '']
+    res.writeHead(200, { 'content-type': type }).end(body)
+  })
+  const whole = await collect(provider)
+  t.same(whole, [
+    { type: 'text', delta: 'Whole, not streamed.' },
+    { type: 'finish', finishReason: 'stop', usage: { inputTokens: 5, outputTokens: 3, totalTokens: 8 } }
+  ])
+  const calls = await collect(provider)
+  t.same(calls.map((p) => p.type === 'tool_call' ? [p.id, p.name, p.arguments] : p.type), [['call_1', 'fs_list', '{}'], ['call_2', 'fs_read', '{"path":"a"}'], 'finish'])
+  t.match((await failure(provider)).error.classified, { code: 'RATE_LIMITED', retryable: true }, 'an error object is classified like a streamed one')
+  t.match((await failure(provider)).error.classified, {
+    code: 'INVALID_RESPONSE', message: /answered text\/html, neither an event stream nor a chat completion: <html><body>Please sign in/
+  })
+})
+
 t.test('usage counts that are not whole numbers of zero or more are taken as absent', async (t) => {
   // Before, "10" was kept as text: the run's usage became "010", and every GET of the run answered 500.
   const usages = [
