@@ -35,6 +35,13 @@ const TURN_BYTES = 64 * 1024
  */
 export const MAX_ANSWER_CHARS = 4 * 1024 * 1024
 export const MAX_ANSWER_CHUNKS = 256 * 1024
+/**
+ * The most tool calls one answer may ask for. Models call a handful at once; a server that sends
+ * thousands (each `{}` is a few characters, so 4 Mi characters hold 400 000) would have every one
+ * run, stored with three events and sent back to it: 20 000 took 9 s and 500 MB, and the next
+ * request carried all their answers.
+ */
+export const MAX_TOOL_CALLS = 128
 
 const defaults = { connectTimeoutMs: 10_000, headersTimeoutMs: 120_000, bodyTimeoutMs: 300_000 }
 
@@ -164,7 +171,13 @@ class Answer {
     for (const fragment of delta.toolCalls) {
       // Without an index (some servers leave it out), a fragment with an ID of its own starts the next call and one without continues the last.
       const index = fragment.index ?? (fragment.id && fragment.id !== this.#lastCall?.id ? this.#calls.size : this.#lastIndex)
-      const call = this.#calls.get(index) ?? { id: '', name: '', arguments: '' }
+      let call = this.#calls.get(index)
+      if (call === undefined) {
+        if (this.#calls.size === MAX_TOOL_CALLS) {
+          throw createModelError('INVALID_RESPONSE', `The model asked for more than ${MAX_TOOL_CALLS} tool calls in one answer; agentd runs at most ${MAX_TOOL_CALLS} at once.`)
+        }
+        call = { id: '', name: '', arguments: '' }
+      }
       if (fragment.id) call.id = fragment.id
       call.name += fragment.name
       call.arguments += fragment.arguments
