@@ -1,8 +1,9 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { execFileSync } from 'node:child_process'
-import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { createFsEditTool } from '../../src/tools/builtin/fs-edit.ts'
 import { createBuiltinTools } from '../../src/tools/builtin/index.ts'
 import { runTool, type ToolOutcome } from '../../src/tools/runtime.ts'
 import type { Tool } from '../../src/tools/types.ts'
@@ -231,4 +232,51 @@ t.test('fs_grep with a catastrophic pattern times out without blocking the servi
   t.match(outcome, { ok: false, error: { errorType: 'aborted', code: 'TIMEOUT' } })
   t.ok(Date.now() - started < 1500)
   if (!outcome.ok) t.match(outcome.error.recommendations[0], /nested quantifiers/)
+})
+
+/** The longest the event loop went without running a timer while `work` ran. */
+async function longestStall<T>(work: () => Promise<T>): Promise<{ value: T; stallMs: number }> {
+  let last = performance.now()
+  let stallMs = 0
+  const timer = setInterval(() => {
+    const now = performance.now()
+    stallMs = Math.max(stallMs, now - last)
+    last = now
+  }, 5)
+  try {
+    const value = await work()
+    stallMs = Math.max(stallMs, performance.now() - last)
+    return { value, stallMs }
+  } finally {
+    clearInterval(timer)
+  }
+}
+
+t.test('an fs_edit that would multiply a file is refused before it is built, and the file stays as it was', async (t) => {
+  const ws = await setup(t)
+  const edit = createFsEditTool({ maxFileBytes: 4 * 1024 * 1024 })
+  const original = 'a'.repeat(3 * 1024 * 1024)
+  await writeFile(path.join(ws.root, 'a.txt'), original)
+  const { value: outcome, stallMs } = await longestStall(() =>
+    runTool(edit, { path: 'a.txt', oldText: 'a', newText: 'b'.repeat(40), replaceAll: true }, ws.ctx(), limits)
+  )
+  t.match(outcome, {
+    ok: false,
+    error: { errorType: 'runtime', code: 'OUTPUT_TOO_LARGE', retryable: false, detail: { reason: 'result_too_large', occurrences: 3 * 1024 * 1024 } }
+  })
+  if (!outcome.ok) t.match(outcome.error.recommendations.join(' '), /nothing was changed.*shorter newText/)
+  t.equal((await stat(path.join(ws.root, 'a.txt'))).size, original.length, 'the file was not rewritten')
+  t.ok(stallMs < 250, `the event loop kept running (longest stall ${Math.round(stallMs)} ms)`)
+})
+
+t.test('a large fs_edit within the limit runs off the event loop', async (t) => {
+  const ws = await setup(t)
+  const edit = createFsEditTool({ maxFileBytes: 4 * 1024 * 1024 })
+  await writeFile(path.join(ws.root, 'a.txt'), 'ab'.repeat(1536 * 1024))
+  const { value: outcome, stallMs } = await longestStall(() =>
+    runTool(edit, { path: 'a.txt', oldText: 'a', newText: 'c', replaceAll: true }, ws.ctx(), limits)
+  )
+  t.match(outcome, { ok: true, result: { replacements: 1536 * 1024 } })
+  t.equal(await readFile(path.join(ws.root, 'a.txt'), 'utf8'), 'cb'.repeat(1536 * 1024))
+  t.ok(stallMs < 250, `the event loop kept running (longest stall ${Math.round(stallMs)} ms)`)
 })
