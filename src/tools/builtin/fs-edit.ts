@@ -1,4 +1,4 @@
-import { readFile, stat, writeFile } from 'node:fs/promises'
+import { readFile, stat } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
@@ -6,6 +6,7 @@ import { runInWorker } from '../worker.ts'
 import { resolveInWorkspace } from '../workspace.ts'
 import { planEdit, type EditJob, type EditPlan } from './edit-worker.ts'
 import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
+import { replaceFile } from './fs-replace.ts'
 
 const Parameters = Type.Object(
   {
@@ -64,7 +65,7 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
           { path: input.path, reason: 'result_too_large', bytes: plan.bytes, occurrences: plan.occurrences, maxBytes: opts.maxFileBytes }
         )
       }
-      await writeFile(file, plan.content, { signal: ctx.signal })
+      await replaceFile(file, plan.content, { relPath: input.path, mode: info.mode & 0o7777, signal: ctx.signal })
       return { path: input.path, replacements: plan.occurrences }
     },
     recommend(failure) {
