@@ -300,3 +300,19 @@ t.test('a write that fills the disk leaves the file as it was, and the model is 
   t.equal(await readFile(path.join(small.root, 'notes.txt'), 'utf8'), original, 'fs_write left the file whole')
   t.same(await leftOver(), ['notes.txt'], 'no partial file is left behind')
 })
+
+t.test('a name or path too long for the file system is a bad argument, not an I/O failure to retry', async (t) => {
+  const ws = await setup(t)
+  const longName = 'n'.repeat(300)
+  const longPath = `${'d'.repeat(200)}/`.repeat(25) + 'f.txt'
+  for (const [name, input] of [
+    ['fs_read', { path: longName }],
+    ['fs_write', { path: longName, content: 'x' }],
+    ['fs_write', { path: longPath, content: 'x' }],
+    ['fs_list', { path: `src/${longName}` }]
+  ] as const) {
+    const outcome = await call(ws, name, input)
+    t.match(outcome, { ok: false, error: { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, detail: { reason: 'name_too_long' } } }, name)
+    if (!outcome.ok) t.match(outcome.error.recommendations[0], /at most 255 bytes/)
+  }
+})

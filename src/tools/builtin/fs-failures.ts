@@ -30,6 +30,9 @@ export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFa
       `Use fs_glob with a pattern such as "**/${base}" to find it, or fs_list on "${dir}" to see what is there.`
     ]
   }
+  if (reason === 'name_too_long') {
+    return [`"${path}" is too long for the file system; use names of at most 255 bytes and paths of at most 4095.`]
+  }
   if (code !== 'IO_ERROR') return undefined
   if (reason === 'is_directory' || detail?.['errno'] === 'EISDIR') {
     return [`"${path}" is a directory; use fs_list to see its entries, or name a file inside it.`]
