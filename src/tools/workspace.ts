@@ -29,8 +29,12 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   const realRoot = await workspaceRoot(root)
   const lexical = path.resolve(realRoot, relPath)
   if (!isInside(realRoot, lexical)) throw traversal(relPath)
-  const resolved = realpathAllowMissing(lexical, 0)
+  const resolved = resolveTooLongAsInvalid(relPath, () => realpathAllowMissing(lexical, 0))
   if (!isInside(realRoot, resolved.path)) throw traversal(relPath)
+  // A path no file system call could take (one to be made, below a real parent) is a bad argument, not an I/O failure.
+  if (Buffer.byteLength(resolved.path) > MAX_PATH_BYTES || resolved.path.split(path.sep).some((name) => Buffer.byteLength(name) > MAX_NAME_BYTES)) {
+    throw tooLong(relPath)
+  }
   if (options.mustExist && !resolved.exists) {
     throw new ToolFailure('NOT_FOUND', `"${relPath}" does not exist in the workspace.`, { path: relPath })
   }
@@ -99,6 +103,26 @@ export async function ensureWorkspace(rootDir: string, sessionId: string): Promi
   // The tools resolve their paths against this root: known real, it costs them no further call.
   rememberRoot(real, real)
   return real
+}
+
+/** Linux's NAME_MAX and PATH_MAX - 1 (the terminating NUL). */
+const MAX_NAME_BYTES = 255
+const MAX_PATH_BYTES = 4095
+
+function tooLong(relPath: string): ToolFailure {
+  return new ToolFailure('VALIDATION_ERROR', `"${relPath}" is too long: a name may have at most ${MAX_NAME_BYTES} bytes, a path ${MAX_PATH_BYTES}.`, {
+    path: relPath,
+    reason: 'name_too_long'
+  })
+}
+
+function resolveTooLongAsInvalid<T>(relPath: string, resolve: () => T): T {
+  try {
+    return resolve()
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENAMETOOLONG') throw tooLong(relPath)
+    throw err
+  }
 }
 
 function traversal(relPath: string): ToolFailure {

@@ -62,6 +62,32 @@ t.test('an abort kills the group; so does the end of the command for children le
   t.ok(await waitUntilDead(Number(leftover.stdout.trim()), 1000), 'the child left behind is gone')
 })
 
+// Each starts a child in a session (and process group) of its own that writes its pid to `pids`,
+// one with the pipes closed and one holding them, and waits until both have written.
+const leaveTheGroup =
+  "setsid -f bash -c 'echo $$ >> pids; exec sleep 30' >/dev/null 2>&1; setsid -f bash -c 'echo $$ >> pids; exec sleep 30'; " +
+  'until [ "$(wc -l < pids)" -ge 2 ]; do sleep 0.01; done'
+
+t.test('children that leave the process group (setsid) are killed too, when the command ends and when it is aborted', async (t) => {
+  for (const how of ['ends', 'is aborted'] as const) {
+    const ws = await makeWorkspace()
+    t.teardown(ws.cleanup)
+    const controller = new AbortController()
+    const command = how === 'ends' ? leaveTheGroup : `${leaveTheGroup}; sleep 30`
+    const running = runCommand(command, { cwd: ws.root, env, maxOutputBytes: 1000, signal: controller.signal })
+    if (how === 'is aborted') {
+      const written = () => readFile(`${ws.root}/pids`, 'utf8').then((text) => text.split('\n').length > 2, () => false)
+      while (!(await written())) await new Promise((r) => setTimeout(r, 10))
+      controller.abort()
+    }
+    const run = await running
+    t.equal(run.aborted, how === 'is aborted', `the command ${how}`)
+    const pids = (await readFile(`${ws.root}/pids`, 'utf8')).trim().split('\n').map(Number)
+    t.equal(pids.length, 2)
+    for (const pid of pids) t.ok(await waitUntilDead(pid, 1000), `the child ${pid} that left the group is gone once the command ${how}`)
+  }
+})
+
 t.test('a command printing a gigabyte is killed early and its output capped, the event loop ticking', async (t) => {
   const ws = await makeWorkspace()
   t.teardown(ws.cleanup)

@@ -1,12 +1,14 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { execFileSync } from 'node:child_process'
-import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises'
+import { chmod, link, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import path from 'node:path'
+import { createFsEditTool } from '../../src/tools/builtin/fs-edit.ts'
 import { createBuiltinTools } from '../../src/tools/builtin/index.ts'
 import { runTool, type ToolOutcome } from '../../src/tools/runtime.ts'
 import type { Tool } from '../../src/tools/types.ts'
-import { makeWorkspace, type TestWorkspace } from '../fixtures/tools/context.ts'
+import { makeWorkspace, makeWorkspaceIn, type TestWorkspace } from '../fixtures/tools/context.ts'
 
 const tools = new Map(
   createBuiltinTools({ bashEnabled: false, httpFetch: { allowPrivate: false }, maxOutputBytes: 2000 }).map((tool) => [tool.name, tool])
@@ -231,4 +233,86 @@ t.test('fs_grep with a catastrophic pattern times out without blocking the servi
   t.match(outcome, { ok: false, error: { errorType: 'aborted', code: 'TIMEOUT' } })
   t.ok(Date.now() - started < 1500)
   if (!outcome.ok) t.match(outcome.error.recommendations[0], /nested quantifiers/)
+})
+
+t.test('an fs_edit that would multiply a file is refused before it is built, and the file stays as it was', async (t) => {
+  const ws = await setup(t)
+  const edit = createFsEditTool({ maxFileBytes: 4 * 1024 * 1024 })
+  const original = 'a'.repeat(3 * 1024 * 1024)
+  await writeFile(path.join(ws.root, 'a.txt'), original)
+  const outcome = await runTool(edit, { path: 'a.txt', oldText: 'a', newText: 'b'.repeat(40), replaceAll: true }, ws.ctx(), limits)
+  t.match(outcome, {
+    ok: false,
+    error: { errorType: 'runtime', code: 'OUTPUT_TOO_LARGE', retryable: false, detail: { reason: 'result_too_large', occurrences: 3 * 1024 * 1024 } }
+  })
+  if (!outcome.ok) t.match(outcome.error.recommendations.join(' '), /nothing was changed.*shorter newText/)
+  t.equal((await stat(path.join(ws.root, 'a.txt'))).size, original.length, 'the file was not rewritten')
+})
+
+t.test('a large file is edited on a worker thread with the same answers', async (t) => {
+  const ws = await setup(t)
+  const edit = createFsEditTool({ maxFileBytes: 4 * 1024 * 1024 })
+  await writeFile(path.join(ws.root, 'a.txt'), 'ab'.repeat(1536 * 1024))
+  t.match(await runTool(edit, { path: 'a.txt', oldText: 'a', newText: '$&' }, ws.ctx(), limits), {
+    ok: false,
+    error: { code: 'VALIDATION_ERROR', detail: { reason: 'ambiguous', occurrences: 1536 * 1024 } }
+  })
+  t.match(await runTool(edit, { path: 'a.txt', oldText: 'a', newText: '$', replaceAll: true }, ws.ctx(), limits), { ok: true, result: { replacements: 1536 * 1024 } })
+  t.equal(await readFile(path.join(ws.root, 'a.txt'), 'utf8'), '$b'.repeat(1536 * 1024))
+})
+
+t.test('fs_write and fs_edit replace a hard link instead of writing through it to a file outside', async (t) => {
+  const ws = await setup(t)
+  const outside = path.join(ws.base, 'secret.txt')
+  await link(outside, path.join(ws.root, 'hard.txt'))
+  t.match(await call(ws, 'fs_edit', { path: 'hard.txt', oldText: 'outside', newText: 'edited' }), { ok: true })
+  t.match(await call(ws, 'fs_write', { path: 'hard.txt', content: 'written' }), { ok: true, result: { created: false } })
+  t.equal(await readFile(outside, 'utf8'), 'TOKEN=outside\n', 'the file outside is unchanged')
+  t.equal(await readFile(path.join(ws.root, 'hard.txt'), 'utf8'), 'written')
+  await chmod(path.join(ws.root, 'src', 'main.ts'), 0o751)
+  t.match(await call(ws, 'fs_edit', { path: 'src/main.ts', oldText: 'console', newText: 'globalThis.console' }), { ok: true })
+  t.equal((await stat(path.join(ws.root, 'src', 'main.ts'))).mode & 0o777, 0o751, 'an edited file keeps its mode')
+})
+
+t.test('a write that fills the disk leaves the file as it was, and the model is told not to retry', async (t) => {
+  const base = await mkdtemp(path.join(tmpdir(), 'agentd-small-disk-'))
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', base], { stdio: 'ignore' })
+  } catch {
+    await rm(base, { recursive: true })
+    t.plan(0, 'mounting a 2 MiB tmpfs needs root')
+    return
+  }
+  t.teardown(async () => {
+    execFileSync('umount', [base])
+    await rm(base, { recursive: true })
+  })
+  const small = await makeWorkspaceIn(base)
+  const original = 'keep me\n'.repeat(150_000)
+  await writeFile(path.join(small.root, 'notes.txt'), original)
+  const leftOver = async () => (await readdir(small.root)).sort()
+  const edited = await runTool(tools.get('fs_edit') as Tool, { path: 'notes.txt', oldText: 'keep me', newText: 'keep me, and keep me', replaceAll: true }, small.ctx(), limits)
+  t.match(edited, { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { reason: 'disk_full', path: 'notes.txt' } } })
+  if (!edited.ok) t.match(edited.error.recommendations[0], /disk is full; "notes.txt" was not changed/)
+  t.equal(await readFile(path.join(small.root, 'notes.txt'), 'utf8'), original, 'fs_edit left the file whole')
+  const written = await runTool(tools.get('fs_write') as Tool, { path: 'notes.txt', content: 'x'.repeat(2_500_000) }, small.ctx(), limits)
+  t.match(written, { ok: false, error: { code: 'IO_ERROR', retryable: false, detail: { reason: 'disk_full' } } })
+  t.equal(await readFile(path.join(small.root, 'notes.txt'), 'utf8'), original, 'fs_write left the file whole')
+  t.same(await leftOver(), ['notes.txt'], 'no partial file is left behind')
+})
+
+t.test('a name or path too long for the file system is a bad argument, not an I/O failure to retry', async (t) => {
+  const ws = await setup(t)
+  const longName = 'n'.repeat(300)
+  const longPath = `${'d'.repeat(200)}/`.repeat(25) + 'f.txt'
+  for (const [name, input] of [
+    ['fs_read', { path: longName }],
+    ['fs_write', { path: longName, content: 'x' }],
+    ['fs_write', { path: longPath, content: 'x' }],
+    ['fs_list', { path: `src/${longName}` }]
+  ] as const) {
+    const outcome = await call(ws, name, input)
+    t.match(outcome, { ok: false, error: { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, detail: { reason: 'name_too_long' } } }, name)
+    if (!outcome.ok) t.match(outcome.error.recommendations[0], /at most 255 bytes/)
+  }
 })

@@ -1,9 +1,12 @@
-import { readFile, stat, writeFile } from 'node:fs/promises'
+import { readFile, stat } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
+import { runInWorker } from '../worker.ts'
 import { resolveInWorkspace } from '../workspace.ts'
+import { planEdit, type EditJob, type EditPlan } from './edit-worker.ts'
 import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
+import { replaceFile } from './fs-replace.ts'
 
 const Parameters = Type.Object(
   {
@@ -14,6 +17,10 @@ const Parameters = Type.Object(
   },
   { additionalProperties: false }
 )
+
+const editWorker = new URL('./edit-worker.ts', import.meta.url)
+/** Files up to this size are edited on the event loop (a few milliseconds at worst); larger ones on a worker thread. */
+const INLINE_BYTES = 256 * 1024
 
 /** fs_edit: replaces exact text in a file; a missing or ambiguous match is a logical failure the model can correct. */
 export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Parameters> {
@@ -33,25 +40,33 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
           size: info.size
         })
       }
-      const text = await readFile(file, { encoding: 'utf8', signal: ctx.signal })
-      const pieces = text.split(input.oldText)
-      const occurrences = pieces.length - 1
-      if (occurrences === 0) {
+      const job: EditJob = { file, oldText: input.oldText, newText: input.newText, replaceAll: input.replaceAll ?? false, maxFileBytes: opts.maxFileBytes }
+      const plan =
+        info.size <= INLINE_BYTES
+          ? planEdit(await readFile(file, { encoding: 'utf8', signal: ctx.signal }), job)
+          : await runInWorker<EditPlan>(editWorker, 'planFileEdit', job, { signal: ctx.signal })
+      if (plan.kind === 'no_match') {
         return { ok: false, code: 'NOT_FOUND', error: `oldText was not found in "${input.path}".`, path: input.path, reason: 'no_match' }
       }
-      if (occurrences > 1 && !input.replaceAll) {
+      if (plan.kind === 'ambiguous') {
         return {
           ok: false,
           code: 'VALIDATION_ERROR',
-          error: `oldText occurs ${occurrences} times in "${input.path}"; it must occur once, or set replaceAll.`,
+          error: `oldText occurs ${plan.occurrences} times in "${input.path}"; it must occur once, or set replaceAll.`,
           path: input.path,
           reason: 'ambiguous',
-          occurrences
+          occurrences: plan.occurrences
         }
       }
-      // split/join, not String.replace: "$&" and friends in newText stay literal.
-      await writeFile(file, pieces.join(input.newText), { signal: ctx.signal })
-      return { path: input.path, replacements: occurrences }
+      if (plan.kind === 'too_large') {
+        throw new ToolFailure(
+          'OUTPUT_TOO_LARGE',
+          `Replacing ${plan.occurrences} occurrences would make "${input.path}" ${plan.bytes} bytes; fs_edit leaves files of at most ${opts.maxFileBytes} bytes.`,
+          { path: input.path, reason: 'result_too_large', bytes: plan.bytes, occurrences: plan.occurrences, maxBytes: opts.maxFileBytes }
+        )
+      }
+      await replaceFile(file, plan.content, { relPath: input.path, mode: info.mode & 0o7777, signal: ctx.signal })
+      return { path: input.path, replacements: plan.occurrences }
     },
     recommend(failure) {
       const { code, reason, path } = failure
@@ -65,6 +80,12 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
         return [
           `oldText occurs ${String(failure.detail?.['occurrences'] ?? 'several')} times in "${path}". Include more surrounding lines so it matches once,`,
           'or set replaceAll: true to replace every occurrence.'
+        ]
+      }
+      if (code === 'OUTPUT_TOO_LARGE' && reason === 'result_too_large') {
+        return [
+          `The edit would make "${path}" larger than ${String(failure.detail?.['maxBytes'])} bytes; nothing was changed.`,
+          'Replace fewer occurrences (a longer, unique oldText without replaceAll) or a shorter newText, or put the content in several files.'
         ]
       }
       if (code === 'OUTPUT_TOO_LARGE') {

@@ -12,6 +12,14 @@ export function isDirectory(relPath: string): ToolFailure {
   return new ToolFailure('IO_ERROR', `"${relPath}" is a directory.`, { path: relPath, reason: 'is_directory' })
 }
 
+/** The file system is full (or the quota used up): the file was left as it was. */
+export function diskFull(relPath: string, cause: unknown): ToolFailure {
+  return new ToolFailure('IO_ERROR', `No space left on the disk: "${relPath}" was left as it was.`, { path: relPath, reason: 'disk_full' }, {
+    retryable: false,
+    cause
+  })
+}
+
 /** Advice on the failures every fs_* tool can meet: a missing path, a folder or file of the wrong kind. */
 export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFacts): string[] | undefined {
   if (code === 'NOT_FOUND' && path !== undefined) {
@@ -22,11 +30,20 @@ export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFa
       `Use fs_glob with a pattern such as "**/${base}" to find it, or fs_list on "${dir}" to see what is there.`
     ]
   }
+  if (reason === 'name_too_long') {
+    return [`"${path}" is too long for the file system; use names of at most 255 bytes and paths of at most 4095.`]
+  }
   if (code !== 'IO_ERROR') return undefined
   if (reason === 'is_directory' || detail?.['errno'] === 'EISDIR') {
     return [`"${path}" is a directory; use fs_list to see its entries, or name a file inside it.`]
   }
   if (reason === 'not_directory') return [`"${path}" is a file, not a folder; read it with fs_read, or list its parent folder.`]
+  if (reason === 'disk_full') {
+    return [
+      `The disk is full; "${path}" was not changed. Do not retry the same write.`,
+      'Delete files that are no longer needed or write less, or tell the user that the disk is full.'
+    ]
+  }
   if (reason === 'not_regular_file') return [`"${path}" is a pipe, socket or device; only regular files can be read or written.`]
   return undefined
 }

@@ -1,10 +1,10 @@
-import { constants } from 'node:fs'
-import { mkdir, open, stat } from 'node:fs/promises'
+import { mkdir, stat } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import type { Tool } from '../types.ts'
 import { resolveInWorkspace } from '../workspace.ts'
 import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
+import { replaceFile } from './fs-replace.ts'
 
 const Parameters = Type.Object(
   {
@@ -22,25 +22,19 @@ export function createFsWriteTool(): Tool<typeof Parameters> {
     parameters: Parameters,
     async execute(input, ctx) {
       const file = await resolveInWorkspace(ctx.workspace, input.path, { forWrite: true })
-      const existed = await stat(file).then(
+      const existing = await stat(file).then(
         (s) => {
           if (s.isDirectory()) throw isDirectory(input.path)
           if (!s.isFile()) throw notRegularFile(input.path)
-          return true
+          return s
         },
-        () => false
+        () => null
       )
       await mkdir(path.dirname(file), { recursive: true })
-      // O_NOFOLLOW: a link swapped in after the checks above cannot redirect the write;
-      // O_NONBLOCK: nor can a FIFO block the open (it fails instead). Regular files ignore it.
-      const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW | constants.O_NONBLOCK
-      const handle = await open(file, flags, 0o644)
-      try {
-        await handle.writeFile(input.content, { signal: ctx.signal })
-      } finally {
-        await handle.close()
-      }
-      return { path: input.path, bytes: Buffer.byteLength(input.content), created: !existed }
+      // A new file renamed over the path: neither a link swapped in after the checks above nor a
+      // hard link to a file outside the workspace is written through, and a failed write leaves the old file.
+      await replaceFile(file, input.content, { relPath: input.path, mode: existing ? existing.mode & 0o7777 : 0o644, signal: ctx.signal })
+      return { path: input.path, bytes: Buffer.byteLength(input.content), created: existing === null }
     },
     recommend: recommendFsFailure
   }
