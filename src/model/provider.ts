@@ -104,6 +104,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         let unstreamedChars = 0
         let finished = false
         let sinceTurn = 0
+        let lastEventAt = Date.now()
         try {
           reading: for (;;) {
             // Text already held comes back without a turn of the event loop: a burst (a long
@@ -116,6 +117,9 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
             const text = await reader.read()
             if (text !== null) sinceTurn += text.length
             const events = text === null ? decoder.end() : decoder.decode(text)
+            // undici's body timeout sees bytes; keep-alive comments alone must not hold the call open for good.
+            if (events.length > 0) lastEventAt = Date.now()
+            else if (Date.now() - lastEventAt > bodyTimeoutMs) throw onlyPings(bodyTimeoutMs)
             if (unstreamed !== null) {
               if (events.length > 0) unstreamed = null
               else if (text !== null && (unstreamedChars += text.length) <= MAX_ANSWER_CHARS) unstreamed.push(text)
@@ -325,6 +329,10 @@ function wrongType(field: string, expected: string, value: unknown): ModelError 
 
 function isTimeoutReason(reason: unknown): boolean {
   return typeof reason === 'object' && reason !== null && (reason as { name?: unknown }).name === 'TimeoutError'
+}
+
+function onlyPings(timeoutMs: number): ModelError {
+  return createModelError('TIMEOUT', `The model stream sent no event for ${timeoutMs / 1000} s, only keep-alive comments: the model stopped answering.`)
 }
 
 function answerTooLong(chars: number, chunks: number): ModelError {

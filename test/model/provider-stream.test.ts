@@ -230,6 +230,22 @@ t.test('an answer may ask for 128 tool calls; one more fails the call as INVALID
   t.match((await failure(provider)).error.classified, { code: 'INVALID_RESPONSE', retryable: false, message: /more than 128 tool calls in one answer/ })
 })
 
+t.test('keep-alive comments without an event end the call as TIMEOUT after the body timeout, as silence does', async (t) => {
+  // Before, a server that sent `: ping` every 50 ms and nothing else held the call, and its run, for good.
+  let closed: Promise<unknown> = Promise.resolve()
+  const { provider } = await startModel(t, (res) => {
+    closed = once(res, 'close')
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write(`data: ${chunk({ content: 'thinking' })}\n\n`)
+    const timer = setInterval(() => res.write(': ping\n\n'), 50)
+    res.on('close', () => clearInterval(timer))
+  }, { bodyTimeoutMs: 500 })
+  const { error, parts } = await failure(provider)
+  t.equal(text(parts), 'thinking')
+  t.match(error.classified, { code: 'TIMEOUT', message: /no event for 0\.5 s, only keep-alive comments/ })
+  t.equal(await Promise.race([closed.then(() => 'closed'), delay(5000, 'still open')]), 'closed', 'the request was aborted')
+})
+
 t.test('usage counts that are not whole numbers of zero or more are taken as absent', async (t) => {
   // Before, "10" was kept as text: the run's usage became "010", and every GET of the run answered 500.
   const usages = [
