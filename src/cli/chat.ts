@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline'
 import type { AgentdClient } from './client.ts'
-import { classified, failureText, paint, short } from './format.ts'
+import { classified, failureText, paint, printable, short } from './format.ts'
 
 /** Lines of stdin, one at a time, whether a person types them or a pipe holds them all. */
 class LineReader {
@@ -132,7 +132,7 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
       switch (event.type) {
         case 'text_chunk':
           spinner.stop()
-          out.write(data.delta)
+          out.write(printable(data.delta))
           midLine = true
           break
         case 'think_chunk_start':
@@ -141,12 +141,12 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
           break
         case 'tool:start':
           endLine()
-          say(`${paint('cyan', '⚙')} ${call?.name} ${dim(short(call?.input))}`)
-          spinner.start(`running ${call?.name}`)
+          say(`${paint('cyan', '⚙')} ${printable(call?.name ?? '')} ${dim(short(call?.input))}`)
+          spinner.start(`running ${printable(call?.name ?? '')}`)
           break
         case 'permission_required': {
           spinner.stop()
-          const answer = await ask(`Allow ${call?.name} ${short(call?.input)}? [y/n] `)
+          const answer = await ask(`Allow ${printable(call?.name ?? '')} ${short(call?.input)}? [y/n] `)
           const decision = /^\s*y(es)?\s*$/i.test(answer ?? '') ? 'allow' : 'deny'
           if (answer === null) say(dim('(no input left: denied)'))
           await client.request('POST', `${path}/approvals/${encodeURIComponent(call?.id ?? '')}`, { decision })
@@ -155,7 +155,7 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
         }
         case 'tool_result_required': {
           spinner.stop()
-          const answer = (await ask(`Result for ${call?.name} ${short(call?.input)} (JSON or text; "error: …" fails it): `)) ?? ''
+          const answer = (await ask(`Result for ${printable(call?.name ?? '')} ${short(call?.input)} (JSON or text; "error: …" fails it): `)) ?? ''
           const failed = /^error:\s*/i.exec(answer)
           let body: { output: unknown } | { error: string }
           if (failed) body = { error: answer.slice(failed[0].length) || 'failed' }
@@ -172,13 +172,13 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
         }
         case 'tool:error':
           spinner.stop()
-          say(`${paint('red', '✗')} ${call?.name} ${classified(data.error)}`)
-          for (const advice of data.error.recommendations ?? []) say(dim(`  → ${advice}`))
+          say(`${paint('red', '✗')} ${printable(call?.name ?? '')} ${classified(data.error)}`)
+          for (const advice of data.error.recommendations ?? []) say(dim(`  → ${printable(advice)}`))
           break
         case 'tool:end':
           spinner.stop()
-          if (call?.state === 'completed') say(`${paint('green', '✓')} ${call.name} ${dim(`${call.durationMs ?? 0} ms`)}`)
-          else if (call?.state === 'denied') say(`${paint('red', '✗')} ${call.name} denied`)
+          if (call?.state === 'completed') say(`${paint('green', '✓')} ${printable(call.name)} ${dim(`${call.durationMs ?? 0} ms`)}`)
+          else if (call?.state === 'denied') say(`${paint('red', '✗')} ${printable(call.name)} denied`)
           break
         case 'model_retry':
           endLine()
@@ -187,8 +187,8 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
         case 'error':
           if (data.phase === 'tool') break
           endLine()
-          say(paint('red', `✗ ${data.severity} in ${data.phase}: ${data.detail ? classified(data.detail) : data.message}`))
-          for (const advice of data.detail?.recommendations ?? []) say(dim(`  → ${advice}`))
+          say(paint('red', `✗ ${data.severity} in ${data.phase}: ${data.detail ? classified(data.detail) : printable(String(data.message))}`))
+          for (const advice of data.detail?.recommendations ?? []) say(dim(`  → ${printable(advice)}`))
           break
         case 'token_usage':
           tokens += data.totalTokens ?? 0

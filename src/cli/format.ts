@@ -6,15 +6,32 @@ type Style = Parameters<typeof styleText>[0]
 /** Colours on a terminal, plain text in a pipe or with NO_COLOR (styleText checks the stream). */
 export const paint = (style: Style, text: string, stream: NodeJS.WriteStream = process.stdout) => styleText(style, text, { stream })
 
-/** One line of at most `max` characters. */
+/**
+ * Characters a terminal acts on instead of showing: C0 controls but tab and newline (ESC starts
+ * escape sequences, CR rewrites a line), DEL, C1 controls, and the bidirectional overrides and
+ * isolates that reorder what is shown.
+ */
+const UNPRINTABLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g
+
+/**
+ * Text from the service as a terminal may print it: every character of UNPRINTABLE shown as its
+ * `\uXXXX` escape (CRLF is a newline). What the CLI prints is the model's text, tool inputs and
+ * error messages, which a model, a page it fetched or a hostile tool can fill with escape
+ * sequences that would rewrite an approval question, hide text or set the clipboard (OSC 52).
+ */
+export function printable(text: string): string {
+  return text.replaceAll('\r\n', '\n').replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
+}
+
+/** One printable line of at most `max` characters. */
 export function short(value: unknown, max = 120): string {
-  const text = (typeof value === 'string' ? value : JSON.stringify(value) ?? String(value)).replaceAll(/\s*\n\s*/g, ' ')
+  const text = printable(typeof value === 'string' ? value : JSON.stringify(value) ?? String(value)).replaceAll(/\s*\n\s*/g, ' ')
   return text.length > max ? `${text.slice(0, max - 1)}…` : text
 }
 
-/** The parts of a classified error (SPEC 5.1) a person acts on, on one line. */
+/** The parts of a classified error (SPEC 5.1) a person acts on, on one printable line. */
 export function classified(error: { errorType: string; code: string; message: string; retryable: boolean }): string {
-  return `${error.errorType} ${error.code} (${error.retryable ? 'retryable' : 'not retryable'}): ${error.message}`
+  return printable(`${error.errorType} ${error.code} (${error.retryable ? 'retryable' : 'not retryable'}): ${error.message}`)
 }
 
 /** What an event says, in a few words after its type (the `events` command's line). */
@@ -54,18 +71,18 @@ export function summary(event: AgentEvent): string {
   }
 }
 
-/** `#seq  time  type  summary`: one event per line. */
+/** `#seq  time  type  summary`: one printable event per line. */
 export function eventLine(event: AgentEvent): string {
   const time = event.at.slice(11, 23)
-  return `#${event.seq}  ${time}  ${event.type.padEnd(20)}  ${summary(event)}`
+  return printable(`#${event.seq}  ${time}  ${event.type.padEnd(20)}  ${summary(event)}`)
 }
 
 /** An API failure as a person reads it: code, status, message, details, request ID. */
 export function failureText(err: unknown): string {
-  if (!(err instanceof ApiFailure)) return err instanceof Error ? err.message : String(err)
+  if (!(err instanceof ApiFailure)) return printable(err instanceof Error ? err.message : String(err))
   const { body, status } = err
   const lines = [`${body.code}${status ? ` (HTTP ${status})` : ''}: ${body.message}`]
   if (body.details !== undefined) lines.push(`  details: ${short(body.details, 400)}`)
   if (body.requestId) lines.push(`  request: ${body.requestId}`)
-  return lines.join('\n')
+  return printable(lines.join('\n'))
 }

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { chat } from './chat.ts'
 import { AgentdClient, type AgentEvent } from './client.ts'
-import { eventLine, failureText, paint } from './format.ts'
+import { eventLine, failureText, paint, printable } from './format.ts'
 
 const USAGE = `Usage: agentd <command> [options]
 
@@ -58,7 +58,7 @@ async function listSessions(client: AgentdClient, limit: number | undefined, jso
   const page = await client.request<{ data: Array<Record<string, any>>; nextCursor: string | null }>('GET', `/v1/sessions?limit=${limit ?? 20}`)
   for (const session of page.data) {
     if (json) process.stdout.write(`${JSON.stringify(session)}\n`)
-    else process.stdout.write(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens\n`)
+    else process.stdout.write(`${printable(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens`)}\n`)
   }
   if (!json && page.data.length === 0) process.stdout.write(paint('dim', 'no sessions\n'))
   if (!json && page.nextCursor) process.stdout.write(paint('dim', `(more: --limit ${Math.min(100, (limit ?? 20) * 2)})\n`))

@@ -63,6 +63,24 @@ t.test('agentd chat', async (t) => {
     t.match(run.stdout, /✓ fs_write \d+ ms/)
   })
 
+  t.test('escape sequences from the model and in tool inputs are printed as text, not acted on by the terminal', async (t) => {
+    // Before, they reached the terminal as they were: OSC 52 in the answer could set the clipboard,
+    // and a right-to-left override or an 8-bit CSI (which JSON leaves as they are) in a tool's
+    // input changed what the approval question showed.
+    const session = await create({ approval: { mode: 'always' } })
+    devModel.script(
+      { toolCalls: [{ name: 'fs_write', arguments: { path: 'evil\u202ehs.txt', content: 'x\u009b2K' } }] },
+      { text: 'done \x1b]52;c;ZXZpbA==\x07 and \u202eeulav\r\nnext line' }
+    )
+    const run = await agentd(['chat', '--session', session.id], { env, input: 'go\nn\n' })
+    t.equal(run.code, 0, run.stderr)
+    t.notMatch(run.stdout, /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]/, 'no control character reaches the terminal')
+    t.match(run.stdout, 'Allow fs_write {"path":"evil\\u202ehs.txt","content":"x\\u009b2K"}? [y/n] n', 'the question shows the call as it is')
+    t.match(run.stdout, 'done \\u001b]52;c;ZXZpbA==\\u0007 and \\u202eeulav\nnext line', 'the answer, its CRLF a newline')
+    const events = await agentd(['events', session.id], { env })
+    t.notMatch(events.stdout, /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]/, 'nor from agentd events')
+  })
+
   t.test('chat answers a client tool from stdin', async (t) => {
     const session = await create({ tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] })
     const run = await agentd(['chat', '--session', session.id], { env, input: 'call pick_colour {}\n{"colour": "green"}\n' })
