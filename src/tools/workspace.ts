@@ -1,6 +1,7 @@
 import { lstatSync, readlinkSync, realpathSync } from 'node:fs'
 import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
+import { errnoOf } from '../errors/errno.ts'
 import { ToolFailure } from './tool-errors.ts'
 
 export interface ResolveOptions {
@@ -96,13 +97,36 @@ export async function ensureWorkspace(rootDir: string, sessionId: string): Promi
   // this call made is no link, so its real path is the root's (resolved once) plus its name.
   const created = await mkdir(dir).then(() => true, (err: NodeJS.ErrnoException) => {
     if (err.code === 'EEXIST') return false
-    if (err.code === 'ENOENT') return mkdir(dir, { recursive: true }).then(() => false)
+    if (err.code === 'ENOENT') return makeFolders(dir).then(() => false)
     throw err
   })
   const real = created ? path.join(await workspaceRoot(path.resolve(rootDir)), sessionId) : await realpath(dir)
   // The tools resolve their paths against this root: known real, it costs them no further call.
   rememberRoot(real, real)
   return real
+}
+
+/**
+ * `mkdir -p` one folder at a time. Node's own recursive mkdir never returns when a parent exists
+ * but refuses the child with ENOENT (a root under /proc): it retries forever with a thread of
+ * libuv's pool at full CPU, and after four such calls every file operation of the process waits.
+ */
+async function makeFolders(dir: string): Promise<void> {
+  const missing: string[] = []
+  for (let at = dir; ; at = path.dirname(at)) {
+    const made = await mkdir(at).then(() => true, (err: unknown) => {
+      if (errnoOf(err) === 'EEXIST') return false
+      if (errnoOf(err) !== 'ENOENT' || path.dirname(at) === at) throw err
+      return null
+    })
+    if (made !== null) break
+    missing.push(at)
+  }
+  for (const folder of missing.reverse()) {
+    await mkdir(folder).catch((err: unknown) => {
+      if (errnoOf(err) !== 'EEXIST') throw err
+    })
+  }
 }
 
 /** Linux's NAME_MAX and PATH_MAX - 1 (the terminating NUL). */

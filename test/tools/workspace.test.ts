@@ -88,6 +88,16 @@ t.test('ensureWorkspace makes a missing root too, and answers the real path thro
   t.equal(await ensureWorkspace(deep, 'ses_c'), await realpath(ws.base), 'an existing link is resolved, not trusted')
 })
 
+t.test('a root that cannot be made fails with its error instead of never answering (a root under /proc)', async (t) => {
+  // Before, Node's recursive mkdir retried /proc/<name> forever on a thread of libuv's pool: the
+  // run waited for its workspace for good, and four such runs stopped every file operation.
+  const failed = await Promise.race([
+    ensureWorkspace('/proc/agentd-no-such-root/deeper', 'ses_a').then(() => 'made', (err: NodeJS.ErrnoException) => err.code),
+    new Promise((resolve) => setTimeout(resolve, 5000, 'no answer in 5 s').unref())
+  ])
+  t.equal(failed, 'ENOENT')
+})
+
 t.test("a session's workspace removed while a run is still making it stays removed", async (t) => {
   const dir = mkdtempSync(path.join(tmpdir(), 'agentd-ws-race-'))
   t.teardown(() => rmSync(dir, { recursive: true, force: true }))
