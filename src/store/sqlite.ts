@@ -1,6 +1,6 @@
-import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
+import { makeFoldersSync } from '../make-folders.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { WalCheckpointer } from './sqlite-checkpointer.ts'
 import { unansweredCalls } from './history.ts'
@@ -243,7 +243,7 @@ export class SqliteStore implements Store {
     this.#idleCheckpointMs = options.idleCheckpointMs ?? IDLE_CHECKPOINT_MS
     this.#walFile = path !== ':memory:'
     if (this.#walFile) {
-      mkdirSync(dirname(path), { recursive: true })
+      makeFoldersSync(dirname(path))
       this.#owner = lockOwner(path)
     }
     try {

@@ -1,7 +1,7 @@
 import { lstatSync, readlinkSync, realpathSync } from 'node:fs'
 import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
-import { errnoOf } from '../errors/errno.ts'
+import { makeFolders } from '../make-folders.ts'
 import { ToolFailure } from './tool-errors.ts'
 
 export interface ResolveOptions {
@@ -104,29 +104,6 @@ export async function ensureWorkspace(rootDir: string, sessionId: string): Promi
   // The tools resolve their paths against this root: known real, it costs them no further call.
   rememberRoot(real, real)
   return real
-}
-
-/**
- * `mkdir -p` one folder at a time. Node's own recursive mkdir never returns when a parent exists
- * but refuses the child with ENOENT (a root under /proc): it retries forever with a thread of
- * libuv's pool at full CPU, and after four such calls every file operation of the process waits.
- */
-async function makeFolders(dir: string): Promise<void> {
-  const missing: string[] = []
-  for (let at = dir; ; at = path.dirname(at)) {
-    const made = await mkdir(at).then(() => true, (err: unknown) => {
-      if (errnoOf(err) === 'EEXIST') return false
-      if (errnoOf(err) !== 'ENOENT' || path.dirname(at) === at) throw err
-      return null
-    })
-    if (made !== null) break
-    missing.push(at)
-  }
-  for (const folder of missing.reverse()) {
-    await mkdir(folder).catch((err: unknown) => {
-      if (errnoOf(err) !== 'EEXIST') throw err
-    })
-  }
 }
 
 /** Linux's NAME_MAX and PATH_MAX - 1 (the terminating NUL). */

@@ -62,6 +62,14 @@ t.test('a group commit runs after the immediates queued in the turn of its first
   t.equal(await store.countSessions('t'), 2)
 })
 
+t.test("a file whose folders cannot be made is refused with the folder's error, and folders that can are made", async (t) => {
+  // Before, a path under /proc never returned: Node's recursive mkdirSync retried on the event loop, and agentd never started.
+  t.throws(() => new SqliteStore('/proc/agentd-no-such-folder/deeper/agentd.db'), { code: 'ENOENT', message: /mkdir '\/proc\/agentd-no-such-folder'/ })
+  const store = new SqliteStore(join(tempDir(t), 'two', 'levels', 'agentd.db'))
+  t.teardown(() => store.close())
+  t.ok(store, 'missing folders are made')
+})
+
 t.test('a second store on the same file is refused while the first is open, and allowed after', async (t) => {
   const path = join(tempDir(t), 'agentd.db')
   const first = new SqliteStore(path)
