@@ -138,3 +138,55 @@ t.test('http_fetch keeps at most maxBytes of the body, and allowPrivate opens ev
   const binary = await serve(t, (_req, res) => res.writeHead(200, { 'content-type': 'image/png' }).end(Buffer.from([1, 2, 3])))
   t.match(await fetchWith(t, { allowPrivate: true }, { url: `${binary.origin}/` }), { ok: true, result: { body: null, note: /Binary content \(image\/png\)/ } })
 })
+
+t.test('headers that would inject lines or reframe the request are refused as bad arguments, before any connection', async (t) => {
+  const target = await serve(t, (_req, res) => res.end('ok'))
+  const allow = { allowedHosts: [`127.0.0.1:${target.port}`] }
+  const refused: Array<[Record<string, string>, string]> = [
+    [{ 'x-a': 'b\r\nX-Injected: 1' }, 'x-a'],
+    [{ 'x b': 'c' }, 'x b'],
+    [{ Host: 'admin.internal' }, 'Host'],
+    [{ 'Transfer-Encoding': 'chunked' }, 'Transfer-Encoding'],
+    [{ 'content-length': '5' }, 'content-length'],
+    [{ expect: '100-continue' }, 'expect']
+  ]
+  for (const [headers, name] of refused) {
+    const outcome = await fetchWith(t, allow, { url: `${target.origin}/`, method: 'POST', body: 'abc', headers })
+    t.match(outcome, { ok: false, error: { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, detail: { header: name } } }, `${name} is refused`)
+    if (!outcome.ok) t.match(outcome.error.recommendations[0], /valid headers/)
+  }
+  t.equal(target.hits.length, 0, 'no request went out')
+})
+
+t.test('a redirect to a Location that is no http(s) URL is the server\'s failure, with advice, not an unknown error', async (t) => {
+  const target = await serve(t, (req, res) => {
+    res.writeHead(302, { location: req.url === '/file' ? 'file:///etc/passwd' : 'http://[zz/' }).end()
+  })
+  const allow = { allowedHosts: [`127.0.0.1:${target.port}`] }
+  for (const path of ['/broken', '/file']) {
+    const outcome = await fetchWith(t, allow, { url: `${target.origin}${path}` })
+    t.match(outcome, { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { reason: 'bad_redirect' } } }, path)
+    if (!outcome.ok) t.match(outcome.error.recommendations[0], /not a valid http\(s\) URL/)
+  }
+})
+
+t.test('credentials in the URL are sent as Basic authorization, never shown, and stay with their origin', async (t) => {
+  const other = await serve(t, (req, res) => res.end(JSON.stringify({ auth: req.headers.authorization ?? null })))
+  const target = await serve(t, (req, res) => {
+    if (req.url === '/away') res.writeHead(302, { location: `${other.origin}/` }).end()
+    else if (req.url === '/here') res.writeHead(302, { location: '/' }).end()
+    else res.end(JSON.stringify({ auth: req.headers.authorization ?? null }))
+  })
+  const allow = { allowedHosts: [`127.0.0.1:${target.port}`, `127.0.0.1:${other.port}`] }
+  const basic = `Basic ${Buffer.from('ann:p@ss').toString('base64')}`
+  const withCredentials = (path: string) => `http://ann:p%40ss@127.0.0.1:${target.port}${path}`
+  const bodyOf = (outcome: ToolOutcome) => (outcome.ok ? JSON.parse((outcome.result as { body: string }).body) : outcome.error)
+
+  const direct = await fetchWith(t, allow, { url: withCredentials('/') })
+  t.same(bodyOf(direct), { auth: basic })
+  t.match(direct, { ok: true, result: { url: `${target.origin}/` } }, 'the password is not echoed')
+  t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/here') })), { auth: basic }, 'a redirect on the same origin keeps them')
+  t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/away') })), { auth: null }, 'a redirect elsewhere drops them')
+  t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/'), headers: { Authorization: 'Bearer t' } })), { auth: 'Bearer t' },
+    "the caller's own Authorization wins")
+})

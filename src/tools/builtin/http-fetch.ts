@@ -51,7 +51,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       let url = parseHttpUrl(input.url)
       let method = input.method ?? 'GET'
       let body = input.body
-      let headers: Record<string, string> = { ...input.headers }
+      let headers: Record<string, string> = checkedHeaders(input.headers ?? {})
       const pins = new Map<string, CheckedAddress[]>()
       const agent = new Agent({
         connect: { lookup: pinnedLookup(pins), timeout: opts.timeoutMs },
@@ -61,16 +61,16 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       try {
         for (let redirects = 0; ; redirects++) {
           pins.set(url.hostname.toLowerCase(), await resolveChecked(url, opts, opts.resolve))
-          const response = await send(agent, url, method, headers, body, ctx.signal)
+          const response = await send(agent, url, method, withUrlCredentials(headers, url), body, ctx.signal)
           const location = header(response.headers, 'location')
           if (!redirectStatuses.has(response.statusCode) || location === undefined) {
-            return await readResponse(response, url, redirects, opts.maxBytes)
+            return await readResponse(response, shown(url), redirects, opts.maxBytes)
           }
           await response.body.dump()
           if (redirects >= opts.maxRedirects) {
-            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: url.href, reason: 'too_many_redirects' })
+            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: shown(url).href, reason: 'too_many_redirects' })
           }
-          const next = parseHttpUrl(new URL(location, url).href)
+          const next = redirectTarget(location, url)
           if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) {
             method = 'GET'
             body = undefined
@@ -92,13 +92,76 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
           return ['Fetch a smaller resource, e.g. an API endpoint with paging or filters.']
         case 'PERMISSION_DENIED':
           return ['Loopback, private, link-local and metadata addresses are refused; fetch a public http(s) URL instead.']
+        case 'VALIDATION_ERROR':
+          if (reason === 'bad_header') {
+            return ['Send only valid headers: names are plain tokens, values have no line breaks, and Host, Connection, Transfer-Encoding, Upgrade, Expect and Content-Length are set by the tool.']
+          }
+          return undefined
         case 'IO_ERROR':
           if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
+          if (reason === 'bad_redirect') return ['The server redirected to a location that is not a valid http(s) URL; do not retry, try another URL.']
           return ['Check the URL and that the host is reachable; retry once if the failure looks transient.']
       }
       return undefined
     }
   }
+}
+
+// RFC 9110 token characters; a value may hold anything but line breaks and NUL.
+const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+const badHeaderValue = /[\r\n\0]/
+// Headers that frame the message or the connection: the tool sets them, a caller's value would break the request.
+const managedHeaders = new Set(['host', 'connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'te', 'trailer'])
+
+/** The caller's headers, or VALIDATION_ERROR naming the first that cannot be sent as given (a line break would inject headers). */
+function checkedHeaders(given: Record<string, string>): Record<string, string> {
+  for (const [name, value] of Object.entries(given)) {
+    const problem = !headerName.test(name)
+      ? 'is not a valid header name'
+      : badHeaderValue.test(value)
+        ? 'has a line break or NUL in its value'
+        : managedHeaders.has(name.toLowerCase())
+          ? 'is set by the tool and cannot be given'
+          : null
+    if (problem) throw new ToolFailure('VALIDATION_ERROR', `The header ${JSON.stringify(name)} ${problem}.`, { header: name, reason: 'bad_header' })
+  }
+  return { ...given }
+}
+
+/**
+ * undici sends no credentials from a URL's user info: they become Basic authorization here, unless
+ * the caller gave an Authorization header of its own. Each hop's URL decides (a redirect elsewhere carries none).
+ */
+function withUrlCredentials(headers: Record<string, string>, url: URL): Record<string, string> {
+  if (url.username === '' && url.password === '') return headers
+  if (Object.keys(headers).some((k) => k.toLowerCase() === 'authorization')) return headers
+  const pair = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`
+  return { ...headers, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
+}
+
+/** The URL as results show it: without user info, which may carry a password. */
+function shown(url: URL): URL {
+  if (url.username === '' && url.password === '') return url
+  const copy = new URL(url.href)
+  copy.username = ''
+  copy.password = ''
+  return copy
+}
+
+/** Where a redirect leads, or IO_ERROR (bad_redirect) when its Location is no http(s) URL: the server's fault, not the caller's. */
+function redirectTarget(location: string, from: URL): URL {
+  let next: URL
+  try {
+    next = new URL(location, from)
+  } catch {
+    throw new ToolFailure('IO_ERROR', `${from.host} redirected to ${JSON.stringify(location.slice(0, 200))}, which is not a valid URL.`,
+      { url: shown(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
+  }
+  if (next.protocol !== 'http:' && next.protocol !== 'https:') {
+    throw new ToolFailure('IO_ERROR', `${from.host} redirected to a ${next.protocol} URL; only http and https are followed.`,
+      { url: shown(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
+  }
+  return next
 }
 
 function parseHttpUrl(raw: string): URL {
@@ -130,7 +193,7 @@ async function send(
     throw new ToolFailure(
       errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
       `The request to ${url.host} failed: ${(err as Error).message}`,
-      { url: url.href, ...(code !== undefined ? { errno: code } : {}) },
+      { url: shown(url).href, ...(code !== undefined ? { errno: code } : {}) },
       { errorType: 'runtime', cause: err }
     )
   }
