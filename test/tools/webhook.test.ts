@@ -158,3 +158,30 @@ t.test('JSON Schema parameters are checked faithfully, also by plain Value.Check
     t.equal(Value.Check(parameters, bad), false)
   }
 })
+
+t.test('a failing webhook tells the model what to do: its Retry-After, whether a retry can help, its own advice', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (body, _req, res) => {
+    const mode = (body as { input: { mode: string } }).input.mode
+    if (mode === 'busy') res.writeHead(429, { 'retry-after': '7' }).end()
+    else if (mode === 'down') res.writeHead(503, { 'retry-after': '2' }).end('<html>down</html>')
+    else if (mode === 'moved') res.writeHead(302, { location: 'http://169.254.169.254/' }).end()
+    else if (mode === 'refused') res.writeHead(422).end('{"error":"bad city"}')
+    else if (mode === 'html') res.writeHead(200, { 'content-type': 'text/html' }).end('<html>hi</html>')
+    else res.socket?.destroy()
+  })
+  const parameters = { type: 'object', properties: { mode: { type: 'string' } }, required: ['mode'] }
+  const tool = createWebhookTool({ name: 'forecast', description: 'd', parameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const call = async (mode: string) => {
+    const outcome = await runTool(tool, { mode }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 10_000 })
+    return outcome.ok ? null : outcome.error
+  }
+
+  t.match(await call('busy'), { code: 'RATE_LIMITED', retryable: true, detail: { retryAfterMs: 7000 }, recommendations: [/^forecast is rate limited; wait 7 s/] })
+  t.match(await call('down'), { code: 'IO_ERROR', retryable: true, detail: { status: 503, retryAfterMs: 2000 }, recommendations: [/HTTP 503\); wait 2 s/] })
+  t.match(await call('moved'), { code: 'IO_ERROR', retryable: false, detail: { status: 302 }, recommendations: [/do not follow.*do not retry/] })
+  t.match(await call('refused'), { code: 'IO_ERROR', retryable: false, detail: { status: 422 }, recommendations: [/refused this call \(HTTP 422\); do not repeat it/] })
+  t.match(await call('html'), { code: 'IO_ERROR', retryable: false, detail: { reason: 'not_json' }, recommendations: [/other than JSON.*do not retry/] })
+  t.match(await call('reset'), { code: 'IO_ERROR', retryable: true, detail: { reason: 'unreachable' }, recommendations: [/could not be reached; retry once/] })
+})
