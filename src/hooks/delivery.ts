@@ -80,13 +80,15 @@ export class HookClient {
     }
     if (delivery.requestId) headers['x-request-id'] = delivery.requestId
     if (hook.secret) headers['x-agentd-signature'] = signBody(hook.secret, body)
+    const { url, authorization } = splitCredentials(hook.url)
+    if (authorization) headers['authorization'] = authorization
     const deadline = AbortSignal.timeout(hook.timeoutMs)
     const signal = delivery.signal ? AbortSignal.any([delivery.signal, deadline]) : deadline
     const chunks: Buffer[] = []
     let size = 0
     let status: number
     try {
-      const response = await request(hook.url, { method: 'POST', headers, body, signal, dispatcher: this.#dispatcher })
+      const response = await request(url, { method: 'POST', headers, body, signal, dispatcher: this.#dispatcher })
       status = response.statusCode
       for await (const chunk of response.body as AsyncIterable<Buffer>) {
         size += chunk.length
@@ -121,6 +123,16 @@ export class HookClient {
   async close(): Promise<void> {
     await this.#dispatcher.destroy()
   }
+}
+
+/** undici sends no credentials from a URL's user info: `user:password@` becomes Basic authorization. */
+function splitCredentials(raw: string): { url: string; authorization: string | null } {
+  const parsed = new URL(raw)
+  if (parsed.username === '' && parsed.password === '') return { url: raw, authorization: null }
+  const pair = `${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`
+  parsed.username = ''
+  parsed.password = ''
+  return { url: parsed.href, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
 }
 
 /** The URL as events and logs show it: no credentials, query string or fragment, which may carry a secret. */

@@ -300,3 +300,14 @@ t.test('an interrupt does not wait for a hung hook: the run is cancelled at once
   const end = ofType(await observeEvents(ctx, session.id), 'tool:end')[0]
   t.equal(end?.data.call.state, 'sealed')
 })
+
+t.test('a hook URL with user:password@ authenticates with Basic authorization, and the password is shown nowhere', async (t) => {
+  const policy = await startHookServer(t, () => ({ json: { decision: 'allow' } }))
+  const url = policy.url.replace('http://', 'http://agentd:pa%3Ass@')
+  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ name: 'guarded', on: 'preToolUse', url, tools: ['fs_list'] }]) })
+  const { run, events } = await runCalls(ctx, {}, [{ name: 'fs_list', arguments: { path: '.' } }])
+  t.equal(run.status, 'completed')
+  t.equal(policy.received[0]?.headers.authorization, `Basic ${Buffer.from('agentd:pa:ss').toString('base64')}`)
+  t.match(ofType(events, 'hook_decided')[0]?.data, { hook: 'guarded', decision: 'allow' })
+  t.notMatch(JSON.stringify(events), /pa%3Ass|pa:ss/, 'no event carries the password')
+})
