@@ -8,7 +8,7 @@ import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
 import type { McpServerStatus } from './mcp/connection.ts'
 import type { McpServers, McpServersOptions } from './mcp/servers.ts'
-import { createConcurrencyLimiter, runTool } from './runtime.ts'
+import { capResult, createConcurrencyLimiter, runTool } from './runtime.ts'
 import type { ExecuteTool, SessionTool, SessionToolSet } from './tool-set.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
 
@@ -143,7 +143,8 @@ export class ToolCatalog {
         isClientTool(tool)
           ? {
               kind: 'client', name: tool.name, description: tool.description, parameters: info.parameters,
-              check: (input) => checkToolInput(tool.name, tool.parameters, input)
+              check: (input) => checkToolInput(tool.name, tool.parameters, input),
+              capOutput: (output) => clientOutput(output, this.#maxOutputBytes)
             }
           : { kind: 'server', name: tool.name, tool }
       )
@@ -203,6 +204,12 @@ export class ToolCatalog {
       return outcome.ok ? { ok: true, result: outcome.result } : { ok: false, error: outcome.error }
     }
   }
+}
+
+/** A client tool's output cut as runTool cuts a server tool's result; parsed JSON always serialises, so it never fails. */
+function clientOutput(output: unknown, maxBytes: number): unknown {
+  const capped = capResult(output, maxBytes)
+  return capped.ok ? capped.result : output
 }
 
 function hasServerTool(tools: SessionToolSet): boolean {
