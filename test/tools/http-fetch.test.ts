@@ -1,6 +1,7 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib'
 import type { AddressInfo } from 'node:net'
 import { createHttpFetchTool, type HttpFetchOptions } from '../../src/tools/builtin/http-fetch.ts'
 import { hostAllowed, isForbiddenAddress } from '../../src/tools/net-guard.ts'
@@ -189,4 +190,30 @@ t.test('credentials in the URL are sent as Basic authorization, never shown, and
   t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/away') })), { auth: null }, 'a redirect elsewhere drops them')
   t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/'), headers: { Authorization: 'Bearer t' } })), { auth: 'Bearer t' },
     "the caller's own Authorization wins")
+})
+
+t.test('a gzip, deflate or br body is decoded up to maxBytes: a decompression bomb costs no more than the cap', async (t) => {
+  const text = 'hello, decoded world'
+  const bomb = gzipSync(Buffer.alloc(32 * 1024 * 1024, 'a'), { level: 9 })
+  const target = await serve(t, (req, res) => {
+    const [encoding, body] = req.url === '/gzip' ? ['gzip', gzipSync(text)]
+      : req.url === '/deflate' ? ['deflate', deflateSync(text)]
+        : req.url === '/br' ? ['br', brotliCompressSync(text)]
+          : req.url === '/bomb' ? ['gzip', bomb]
+            : req.url === '/broken' ? ['gzip', Buffer.from('not gzip at all')]
+              : ['zstd', Buffer.from([0x28, 0xb5, 0x2f, 0xfd])]
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': encoding }).end(body)
+  })
+  const allow = { allowedHosts: [`127.0.0.1:${target.port}`], maxBytes: 10_000 }
+  for (const encoding of ['gzip', 'deflate', 'br']) {
+    t.match(await fetchWith(t, allow, { url: `${target.origin}/${encoding}` }), { ok: true, result: { body: text, truncated: false } }, encoding)
+  }
+  const exploded = await fetchWith(t, allow, { url: `${target.origin}/bomb` })
+  t.match(exploded, { ok: true, result: { truncated: true, body: /^a{10000}\n\[output truncated: showing the first 10000 of \d+ bytes\]$/ } }, '32 MiB of gzip-ed a\'s')
+  const inflated = exploded.ok ? Number(/of (\d+) bytes/.exec((exploded.result as { body: string }).body)?.[1]) : NaN
+  t.ok(inflated < 1024 * 1024, `inflating stopped at the cap (${inflated} bytes inflated, not 32 MiB)`)
+  t.match(await fetchWith(t, allow, { url: `${target.origin}/broken` }), {
+    ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { encoding: 'gzip', reason: 'bad_encoding' } }
+  })
+  t.match(await fetchWith(t, allow, { url: `${target.origin}/zstd` }), { ok: true, result: { body: null, note: 'Content encoded as zstd is not shown.' } })
 })

@@ -1,4 +1,6 @@
 import { Type } from '@sinclair/typebox'
+import type { Transform } from 'node:stream'
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib'
 import { Agent, request, type Dispatcher } from 'undici'
 import { errnoFamily, errnoOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
@@ -98,6 +100,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
           }
           return undefined
         case 'IO_ERROR':
+          if (reason === 'bad_encoding') return ['The server sent a body its Content-Encoding does not match; do not retry, try another URL.']
           if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
           if (reason === 'bad_redirect') return ['The server redirected to a location that is not a valid http(s) URL; do not retry, try another URL.']
           return ['Check the URL and that the host is reachable; retry once if the failure looks transient.']
@@ -200,23 +203,44 @@ async function send(
 }
 
 async function readResponse(response: Dispatcher.ResponseData, url: URL, redirects: number, maxBytes: number) {
-  const buffer = new CappedBuffer(maxBytes)
-  for await (const chunk of response.body as AsyncIterable<Buffer>) {
-    buffer.push(chunk)
-    // Stop reading at the cap: the rest of a huge body is never downloaded.
-    if (buffer.truncated) break
-  }
   const contentType = header(response.headers, 'content-type') ?? ''
-  const textual = contentType === '' || textTypes.test(contentType)
-  return {
-    url: url.href,
-    status: response.statusCode,
-    headers: response.headers,
-    body: textual ? buffer.text() : null,
-    ...(textual ? {} : { note: `Binary content (${contentType}) is not shown.` }),
-    truncated: buffer.truncated,
-    redirects
+  const encoding = (header(response.headers, 'content-encoding') ?? '').trim().toLowerCase()
+  const decoder = encoding === '' || encoding === 'identity' ? null : decoders[encoding]?.() ?? undefined
+  const textual = decoder !== undefined && (contentType === '' || textTypes.test(contentType))
+  if (!textual) {
+    // Nothing of it is shown: not a byte more is read.
+    await response.body.dump({ limit: 0 }).catch(() => {})
+    const what = decoder === undefined ? `Content encoded as ${encoding}` : `Binary content (${contentType})`
+    return { url: url.href, status: response.statusCode, headers: response.headers, body: null, note: `${what} is not shown.`, truncated: false, redirects }
   }
+  const buffer = new CappedBuffer(maxBytes)
+  // Decoded as it arrives and read only up to the cap, so a small compressed body that expands to
+  // gigabytes (a decompression bomb) costs no more than maxBytes and the bytes it took to reach them.
+  const source: AsyncIterable<Buffer> = decoder ? response.body.pipe(decoder) : response.body
+  response.body.once('error', (err) => decoder?.destroy(err))
+  try {
+    for await (const chunk of source) {
+      buffer.push(chunk)
+      if (buffer.truncated) break
+    }
+  } catch (err) {
+    if (decoder && !response.body.errored) {
+      throw new ToolFailure('IO_ERROR', `The body from ${url.host} is not valid ${encoding}: ${(err as Error).message}`,
+        { url: url.href, encoding, reason: 'bad_encoding' }, { retryable: false, cause: err })
+    }
+    throw err
+  } finally {
+    response.body.destroy()
+  }
+  return { url: url.href, status: response.statusCode, headers: response.headers, body: buffer.text(), truncated: buffer.truncated, redirects }
+}
+
+/** The content encodings http_fetch decodes (RFC 9110 8.4.1; x-gzip is gzip's old name). */
+const decoders: Readonly<Record<string, () => Transform>> = {
+  gzip: () => createGunzip(),
+  'x-gzip': () => createGunzip(),
+  deflate: () => createInflate(),
+  br: () => createBrotliDecompress()
 }
 
 function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
