@@ -42,10 +42,10 @@ t.test('forbidden addresses: loopback, private, link-local, metadata, unspecifie
     '127.0.0.1', '127.1.2.3', '10.0.0.1', '172.16.0.1', '172.31.255.255', '192.168.1.1', '169.254.169.254', '0.0.0.0',
     '100.64.0.1', '224.0.0.1', '255.255.255.255', '::1', '::', 'fe80::1', 'fc00::1', 'fd00:ec2::254',
     '::ffff:127.0.0.1', '::ffff:7f00:1', '::ffff:a9fe:a9fe', '::ffff:0:10.0.0.1', '::127.0.0.1', '64:ff9b::a9fe:a9fe',
-    '[::1]', 'not-an-ip'
+    '[::1]', 'not-an-ip', '2002:7f00:1::', '2002:a9fe:a9fe::1', '2002:c0a8:101:1::5', '64:ff9b:1::a00:1', '64:ff9b:1:abcd::7f00:1'
   ]
   for (const ip of forbidden) t.equal(isForbiddenAddress(ip), true, `${ip} is refused`)
-  for (const ip of ['8.8.8.8', '1.1.1.1', '172.32.0.1', '192.169.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '64:ff9b::808:808']) {
+  for (const ip of ['8.8.8.8', '1.1.1.1', '172.32.0.1', '192.169.0.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '64:ff9b::808:808', '2002:808:808::1']) {
     t.equal(isForbiddenAddress(ip), false, `${ip} is allowed`)
   }
 })
