@@ -1,6 +1,7 @@
 import { createHmac, randomUUID } from 'node:crypto'
 import { Agent, request, type Dispatcher } from 'undici'
 import { classified } from '../errors/classified.ts'
+import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { HookDefinition } from './config.ts'
 
@@ -112,6 +113,9 @@ export class HookClient {
         { status, body: text.slice(0, 200) })
     }
     if (delivery.ignoreAnswer || text.trim() === '') return null
+    if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+      throw new HookFailure('HOOK_INVALID_RESPONSE', `it answered JSON nested deeper than ${MAX_JSON_DEPTH} levels`, false, { status, maxDepth: MAX_JSON_DEPTH })
+    }
     try {
       return JSON.parse(text) as unknown
     } catch {

@@ -1,6 +1,7 @@
 import cors from '@fastify/cors'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { validationError } from './errors.ts'
 
 export interface SecurityOptions {
@@ -26,28 +27,7 @@ const DOCS_CSP =
   "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; object-src 'none'; " +
   "frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
 
-/** Deeper JSON bodies are refused before parsing: recursive code downstream (JSON.stringify, validation) would overflow the stack. */
-export const MAX_JSON_DEPTH = 128
-
-/** How deep arrays and objects nest in a JSON text, counting only brackets outside strings; stops once past `limit`. */
-export function jsonDepth(text: string, limit = Infinity): number {
-  let depth = 0
-  let max = 0
-  let inString = false
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    if (inString) {
-      if (c === 0x5c) i++ // a backslash escapes the next character
-      else if (c === 0x22) inString = false
-    } else if (c === 0x22) inString = true
-    else if (c === 0x5b || c === 0x7b) {
-      depth++
-      if (depth > max) max = depth
-      if (max > limit) return max
-    } else if (c === 0x5d || c === 0x7d) depth--
-  }
-  return max
-}
+export { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 
 /**
  * Where a parsed body holds a key that could rewrite an object's prototype once merged or copied

@@ -1,4 +1,5 @@
 import { request, type Dispatcher } from 'undici'
+import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
@@ -100,6 +101,11 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
       }
       const text = buffer.text()
       if (text.trim() === '') return null
+      if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+        throw new ToolFailure('IO_ERROR', `The webhook answered JSON nested deeper than ${MAX_JSON_DEPTH} levels.`, {
+          url: redacted(url), status, reason: 'too_deep', maxDepth: MAX_JSON_DEPTH
+        }, { retryable: false })
+      }
       try {
         return JSON.parse(text) as unknown
       } catch {
@@ -124,6 +130,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           return [`${name} answered more than ${maxBytes} bytes; call it with narrower arguments if its parameters allow, or go on without it.`]
         case 'IO_ERROR':
           if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
+          if (reason === 'too_deep') return [`${name} answered JSON nested deeper than ${MAX_JSON_DEPTH} levels, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'not_json') return [`${name} answered something other than JSON, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'webhook_status' && typeof status === 'number' && (status >= 500 || status === 408)) {
             return [`${name}'s server failed (HTTP ${status}); ${wait}, retry once, and if it fails again go on without it.`]

@@ -185,3 +185,15 @@ t.test('a failing webhook tells the model what to do: its Retry-After, whether a
   t.match(await call('html'), { code: 'IO_ERROR', retryable: false, detail: { reason: 'not_json' }, recommendations: [/other than JSON.*do not retry/] })
   t.match(await call('reset'), { code: 'IO_ERROR', retryable: true, detail: { reason: 'unreachable' }, recommendations: [/could not be reached; retry once/] })
 })
+
+t.test('a webhook answer nested thousands of levels deep is its server\'s fault, not an unknown failure of the tool', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.end('['.repeat(5000) + ']'.repeat(5000)))
+  const tool = createWebhookTool({ name: 'nested', description: 'd', parameters: { type: 'object' }, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const outcome = await runTool(tool, {}, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 100_000 })
+  t.match(outcome, {
+    ok: false,
+    error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { reason: 'too_deep', maxDepth: 128 }, recommendations: [/nested deeper than 128 levels.*do not retry/] }
+  })
+})
