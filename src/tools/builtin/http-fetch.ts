@@ -5,7 +5,7 @@ import { Agent, request, type Dispatcher } from 'undici'
 import { errnoFamily, errnoOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import { pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
-import { CappedBuffer } from '../output.ts'
+import { truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 
 const Method = Type.Union(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].map((m) => Type.Literal(m)))
@@ -21,7 +21,10 @@ const Parameters = Type.Object(
 )
 
 export interface HttpFetchOptions extends AddressPolicy {
-  /** Bytes of response body kept; the rest is not read. */
+  /**
+   * Bytes of the whole result as JSON (the runtime's output cap): the body is cut to fit, so the
+   * model gets an object with `truncated: true`, not cut JSON text. No more body than this is read.
+   */
   maxBytes: number
   /** Connect, headers and body timeouts of each hop. */
   timeoutMs: number
@@ -45,8 +48,8 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
   return {
     name: 'http_fetch',
     description:
-      'Fetch an http(s) URL. Returns status, headers and the body as text (cut at ' +
-      `${opts.maxBytes} bytes). Follows up to ${opts.maxRedirects} redirects. ` +
+      'Fetch an http(s) URL. Returns status, headers and the body as text, the body cut so that ' +
+      `the whole answer fits in ${opts.maxBytes} bytes (then truncated is true). Follows up to ${opts.maxRedirects} redirects. ` +
       'Loopback, private, link-local and cloud metadata addresses are refused.',
     parameters: Parameters,
     async execute(input, ctx) {
@@ -213,15 +216,20 @@ async function readResponse(response: Dispatcher.ResponseData, url: URL, redirec
     const what = decoder === undefined ? `Content encoded as ${encoding}` : `Binary content (${contentType})`
     return { url: url.href, status: response.statusCode, headers: response.headers, body: null, note: `${what} is not shown.`, truncated: false, redirects }
   }
-  const buffer = new CappedBuffer(maxBytes)
+  const chunks: Buffer[] = []
+  let kept = 0
+  let seen = 0
   // Decoded as it arrives and read only up to the cap, so a small compressed body that expands to
   // gigabytes (a decompression bomb) costs no more than maxBytes and the bytes it took to reach them.
   const source: AsyncIterable<Buffer> = decoder ? response.body.pipe(decoder) : response.body
   response.body.once('error', (err) => decoder?.destroy(err))
   try {
     for await (const chunk of source) {
-      buffer.push(chunk)
-      if (buffer.truncated) break
+      seen += chunk.length
+      const part = chunk.subarray(0, Math.max(0, maxBytes - kept))
+      chunks.push(part)
+      kept += part.length
+      if (seen > maxBytes) break
     }
   } catch (err) {
     if (decoder && !response.body.errored) {
@@ -232,7 +240,44 @@ async function readResponse(response: Dispatcher.ResponseData, url: URL, redirec
   } finally {
     response.body.destroy()
   }
-  return { url: url.href, status: response.statusCode, headers: response.headers, body: buffer.text(), truncated: buffer.truncated, redirects }
+  const cut = seen > kept
+  const text = utf8Prefix(Buffer.concat(chunks), maxBytes)
+  const result = { url: url.href, status: response.statusCode, headers: response.headers, body: text, truncated: cut, redirects }
+  if (!cut && Buffer.byteLength(JSON.stringify(result)) <= maxBytes) return result
+  // What is left for the body once the rest of the result and the note are written.
+  const room = maxBytes - Buffer.byteLength(JSON.stringify({ ...result, body: '', truncated: true })) - NOTE_ROOM
+  const shown = jsonFittingPrefix(text, room)
+  // Reading stopped at the cap: the size is known only from an unencoded body's Content-Length.
+  const length = Number(header(response.headers, 'content-length'))
+  const total = !cut ? Buffer.byteLength(text) : decoder === null && Number.isSafeInteger(length) ? length : null
+  return { ...result, body: shown + truncationNote(Buffer.byteLength(shown), total), truncated: true }
+}
+
+/** Bytes the truncation note takes in JSON, with room to spare. */
+const NOTE_ROOM = 100
+
+/** The longest prefix of `text` whose JSON string (quotes and escapes included) has at most `maxBytes` UTF-8 bytes; never splits a surrogate pair. */
+function jsonFittingPrefix(text: string, maxBytes: number): string {
+  let bytes = 2
+  let i = 0
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    let cost: number
+    let units = 1
+    if (c === 0x22 || c === 0x5c || c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d) cost = 2
+    else if (c < 0x20) cost = 6
+    else if (c < 0x80) cost = 1
+    else if (c < 0x800) cost = 2
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      cost = 4
+      units = 2
+    } else if (c >= 0xd800 && c <= 0xdfff) cost = 6 // a lone surrogate is escaped as \uXXXX
+    else cost = 3
+    if (bytes + cost > maxBytes) break
+    bytes += cost
+    i += units - 1
+  }
+  return text.slice(0, i)
 }
 
 /** The content encodings http_fetch decodes (RFC 9110 8.4.1; x-gzip is gzip's old name). */
