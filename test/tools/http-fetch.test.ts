@@ -230,6 +230,10 @@ t.test('a gzip, deflate or br body is decoded up to maxBytes: a decompression bo
     ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { encoding: 'gzip', reason: 'bad_encoding' } }
   })
   t.match(await fetchWith(t, allow, { url: `${target.origin}/zstd` }), { ok: true, result: { body: null, note: 'Content encoded as zstd is not shown.' } })
+  t.match(await fetchWith(t, allow, { url: `${target.origin}/gzip`, method: 'HEAD' }), { ok: true, result: { status: 200, body: '' } },
+    'a HEAD answer names its encoding but has no body to decode')
+  const empty = await serve(t, (_req, res) => res.writeHead(204, { 'content-type': 'text/plain', 'content-encoding': 'br' }).end())
+  t.match(await fetchWith(t, { allowedHosts: [`127.0.0.1:${empty.port}`] }, { url: `${empty.origin}/` }), { ok: true, result: { status: 204, body: '' } })
 })
 
 t.test('a page larger than the tool output cap reaches the model as a result object with its body cut, not as cut JSON text', async (t) => {

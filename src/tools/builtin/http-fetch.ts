@@ -223,6 +223,8 @@ async function readResponse(response: Dispatcher.ResponseData, url: URL, redirec
   // gigabytes (a decompression bomb) costs no more than maxBytes and the bytes it took to reach them.
   const source: AsyncIterable<Buffer> = decoder ? response.body.pipe(decoder) : response.body
   response.body.once('error', (err) => decoder?.destroy(err))
+  let received = 0
+  if (decoder) response.body.on('data', (chunk: Buffer) => (received += chunk.length))
   try {
     for await (const chunk of source) {
       seen += chunk.length
@@ -232,11 +234,12 @@ async function readResponse(response: Dispatcher.ResponseData, url: URL, redirec
       if (seen > maxBytes) break
     }
   } catch (err) {
-    if (decoder && !response.body.errored) {
+    if (!decoder || response.body.errored) throw err
+    // Nothing received is an empty body, not a bad encoding: a HEAD, 204 or 304 answer names its encoding but has none.
+    if (received > 0) {
       throw new ToolFailure('IO_ERROR', `The body from ${url.host} is not valid ${encoding}: ${(err as Error).message}`,
         { url: url.href, encoding, reason: 'bad_encoding' }, { retryable: false, cause: err })
     }
-    throw err
   } finally {
     response.body.destroy()
   }
