@@ -216,7 +216,7 @@ async function awaitClient(
       })
     }
   }
-  return { ok: true, result: tool.capOutput(answer.output) }
+  return tool.outcomeOf(answer.output)
 }
 
 /** Gives an unfinished call its final, sealed result so the history never holds a call without an answer. */

@@ -86,3 +86,22 @@ t.test("a client tool's output is cut like any tool's, with a note, in what the 
   const audited = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data[0]
   t.match(audited, { id: callId, state: 'completed', result: note })
 })
+
+t.test("a client tool's {ok: false} output is the tool's logical failure, classified with the client's own code and advice", async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const { session, run, callId } = await awaitingClientTool(app, devModel)
+  const failure = { ok: false, code: 'NOT_FOUND', error: 'no sensor named s9', recommendations: ['List the sensors with list_sensors first.'], sensor: 's9' }
+  const posted = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/tool-results/${callId}`, payload: { output: failure } })
+  t.equal(posted.statusCode, 200)
+  t.equal((await app.agentd.runs.waitFor(session.id, run.id))?.status, 'completed', 'the run goes on, as after any non-fatal tool error')
+  const expected = {
+    errorType: 'logical', code: 'NOT_FOUND', message: 'no sensor named s9', retryable: true,
+    recommendations: ['List the sensors with list_sensors first.'], detail: { sensor: 's9' }
+  }
+  const sent = devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
+  t.match(JSON.parse(sent.messages.find((m) => m.role === 'tool')?.content ?? 'null'), { ok: false, error: 'no sensor named s9', errorType: 'logical', code: 'NOT_FOUND' })
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=tool:error`, headers: { accept: 'application/json' } })).json().data
+  t.match(events[0]?.data, { call: { id: callId, state: 'failed' }, error: expected })
+  const audited = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data[0]
+  t.match(audited, { id: callId, state: 'failed', error: expected })
+})
