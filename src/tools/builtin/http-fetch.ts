@@ -65,7 +65,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       })
       try {
         for (let redirects = 0; ; redirects++) {
-          pins.set(url.hostname.toLowerCase(), await resolveChecked(url, opts, opts.resolve))
+          pins.set(url.hostname.toLowerCase(), await resolveChecked(shown(url), opts, opts.resolve))
           const response = await send(agent, url, method, withUrlCredentials(headers, url), body, ctx.signal)
           const location = header(response.headers, 'location')
           if (!redirectStatuses.has(response.statusCode) || location === undefined) {
