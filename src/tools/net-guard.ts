@@ -1,5 +1,6 @@
 import { lookup as dnsLookup } from 'node:dns/promises'
 import { BlockList, isIP, type LookupFunction } from 'node:net'
+import { errors } from 'undici'
 import { ToolFailure } from './tool-errors.ts'
 
 const blockedV4 = new BlockList()
@@ -167,4 +168,10 @@ export function pinnedLookup(pins: ReadonlyMap<string, CheckedAddress[]>): Looku
     if (options.all) (callback as unknown as (e: null, a: CheckedAddress[]) => void)(null, addresses)
     else callback(null, first.address, first.family)
   }
+}
+
+/** True when the server answered, but not with HTTP that can be read: a retry gets the same. */
+export function brokenAnswer(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code
+  return err instanceof errors.HTTPParserError || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH'
 }

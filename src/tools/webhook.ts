@@ -3,7 +3,7 @@ import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
-import { hostAllowed } from './net-guard.ts'
+import { brokenAnswer, hostAllowed } from './net-guard.ts'
 import { CappedBuffer } from './output.ts'
 import type { Tool } from './types.ts'
 
@@ -75,6 +75,13 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         }
         if (ctx.signal.aborted) throw err
         const code = (err as { code?: unknown }).code
+        if (brokenAnswer(err)) {
+          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} answered with a broken HTTP response: ${(err as Error).message}`, {
+            url: redacted(url),
+            reason: 'bad_answer',
+            ...(typeof code === 'string' ? { errno: code } : {})
+          }, { retryable: false, cause: err })
+        }
         throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} could not be reached: ${(err as Error).message}`, {
           url: redacted(url),
           reason: 'unreachable',
@@ -130,6 +137,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           return [`${name} answered more than ${maxBytes} bytes; call it with narrower arguments if its parameters allow, or go on without it.`]
         case 'IO_ERROR':
           if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
+          if (reason === 'bad_answer') return [`${name}'s server answered with a broken HTTP response, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'too_deep') return [`${name} answered JSON nested deeper than ${MAX_JSON_DEPTH} levels, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'not_json') return [`${name} answered something other than JSON, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'webhook_status' && typeof status === 'number' && (status >= 500 || status === 408)) {

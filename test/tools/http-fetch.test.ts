@@ -2,7 +2,7 @@ import t from 'tap'
 import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { brotliCompressSync, createGzip, deflateSync, gzipSync } from 'node:zlib'
-import type { AddressInfo } from 'node:net'
+import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { createHttpFetchTool, type HttpFetchOptions } from '../../src/tools/builtin/http-fetch.ts'
 import { hostAllowed, isForbiddenAddress } from '../../src/tools/net-guard.ts'
 import { runTool, type ToolOutcome } from '../../src/tools/runtime.ts'
@@ -253,4 +253,16 @@ t.test('a page larger than the tool output cap reaches the model as a result obj
   t.ok(Buffer.byteLength(content) <= 5000, `within the cap (${Buffer.byteLength(content)} bytes)`)
   const result = JSON.parse(content)
   t.match(result, { status: 200, truncated: true, redirects: 0, body: /^<p class="x">line "one"<\/p>\n[^]*\n\[output truncated: showing the first \d+ of 56000 bytes\]$/ })
+})
+
+t.test('a server that answers broken HTTP is its fault, not a reason to retry', async (t) => {
+  const server = createNetServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => socket.end('not http at all\r\n\r\n'))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => server.close())
+  const port = (server.address() as AddressInfo).port
+  const outcome = await fetchWith(t, { allowedHosts: [`127.0.0.1:${port}`] }, { url: `http://127.0.0.1:${port}/` })
+  t.match(outcome, { ok: false, error: { code: 'IO_ERROR', retryable: false, detail: { reason: 'bad_answer' }, recommendations: [/broken HTTP response.*do not retry/] } })
 })

@@ -1,7 +1,7 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { Value } from '@sinclair/typebox/value'
 import { ToolSpecError, checkToolInput, parametersFromJsonSchema, plainJsonSchema } from '../../src/tools/json-schema.ts'
 import { runTool } from '../../src/tools/runtime.ts'
@@ -196,4 +196,25 @@ t.test('a webhook answer nested thousands of levels deep is its server\'s fault,
     ok: false,
     error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { reason: 'too_deep', maxDepth: 128 }, recommendations: [/nested deeper than 128 levels.*do not retry/] }
   })
+})
+
+t.test('a webhook server that answers broken HTTP is not "unreachable": its fault, not retryable', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const answers = ['not http at all\r\n\r\n', `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n{}`]
+  const server = createNetServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => socket.end(answers.shift()))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => server.close())
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+  const tool = createWebhookTool({ name: 'legacy', description: 'd', parameters: { type: 'object' }, url }, { allowedHosts: ['127.0.0.1'] })
+  for (const what of ['a bad status line', 'headers too large']) {
+    const outcome = await runTool(tool, {}, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 10_000 })
+    t.match(outcome, {
+      ok: false,
+      error: { code: 'IO_ERROR', retryable: false, message: /answered with a broken HTTP response/, detail: { reason: 'bad_answer' }, recommendations: [/do not retry/] }
+    }, what)
+  }
 })

@@ -4,7 +4,7 @@ import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib'
 import { Agent, request, type Dispatcher } from 'undici'
 import { errnoFamily, errnoOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
-import { pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
+import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
 import { truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 
@@ -103,6 +103,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
           }
           return undefined
         case 'IO_ERROR':
+          if (reason === 'bad_answer') return ['The server answered with a broken HTTP response (bad status line, headers too large); do not retry, try another URL.']
           if (reason === 'bad_encoding') return ['The server sent a body its Content-Encoding does not match; do not retry, try another URL.']
           if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
           if (reason === 'bad_redirect') return ['The server redirected to a location that is not a valid http(s) URL; do not retry, try another URL.']
@@ -196,6 +197,10 @@ async function send(
   } catch (err) {
     if (signal.aborted) throw err
     const code = errnoOf(err)
+    if (brokenAnswer(err)) {
+      throw new ToolFailure('IO_ERROR', `${url.host} answered with a broken HTTP response: ${(err as Error).message}`,
+        { url: shown(url).href, reason: 'bad_answer', ...(code !== undefined ? { errno: code } : {}) }, { retryable: false, cause: err })
+    }
     throw new ToolFailure(
       errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
       `The request to ${url.host} failed: ${(err as Error).message}`,
