@@ -133,7 +133,7 @@ export class HookClient {
 function splitCredentials(raw: string): { url: string; authorization: string | null } {
   const parsed = new URL(raw)
   if (parsed.username === '' && parsed.password === '') return { url: raw, authorization: null }
-  const pair = `${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`
+  const pair = `${decoded(parsed.username)}:${decoded(parsed.password)}`
   parsed.username = ''
   parsed.password = ''
   return { url: parsed.href, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
@@ -143,4 +143,13 @@ function splitCredentials(raw: string): { url: string; authorization: string | n
 export function shownUrl(url: string): string {
   const parsed = new URL(url)
   return `${parsed.protocol}//${parsed.host}${parsed.pathname}`
+}
+
+/** A URL's user info decoded; a stray % (which the URL parser keeps as is) stays as written. */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    return part
+  }
 }

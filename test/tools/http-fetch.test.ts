@@ -194,6 +194,8 @@ t.test('credentials in the URL are sent as Basic authorization, never shown, and
   t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/away') })), { auth: null }, 'a redirect elsewhere drops them')
   t.same(bodyOf(await fetchWith(t, allow, { url: withCredentials('/'), headers: { Authorization: 'Bearer t' } })), { auth: 'Bearer t' },
     "the caller's own Authorization wins")
+  t.same(bodyOf(await fetchWith(t, allow, { url: `http://ann:50%zz@127.0.0.1:${target.port}/` })), { auth: `Basic ${Buffer.from('ann:50%zz').toString('base64')}` },
+    'a stray % is sent as written')
   t.match(await fetchWith(t, {}, { url: 'http://ann:p%40ss@10.1.2.3/' }), { ok: false, error: { code: 'PERMISSION_DENIED', detail: { url: 'http://10.1.2.3/' } } },
     'a refusal does not show them either')
 })

@@ -204,7 +204,7 @@ t.test('a webhook server that answers broken HTTP is not "unreachable": its faul
   const answers = ['not http at all\r\n\r\n', `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n{}`]
   const server = createNetServer((socket) => {
     socket.on('error', () => {})
-    socket.once('data', () => socket.end(answers.shift()))
+    socket.once('data', () => socket.end(answers.shift() ?? ''))
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => server.close())

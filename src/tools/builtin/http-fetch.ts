@@ -142,7 +142,7 @@ function checkedHeaders(given: Record<string, string>): Record<string, string> {
 function withUrlCredentials(headers: Record<string, string>, url: URL): Record<string, string> {
   if (url.username === '' && url.password === '') return headers
   if (Object.keys(headers).some((k) => k.toLowerCase() === 'authorization')) return headers
-  const pair = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`
+  const pair = `${decoded(url.username)}:${decoded(url.password)}`
   return { ...headers, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
 }
 
@@ -299,4 +299,13 @@ const decoders: Readonly<Record<string, () => Transform>> = {
 function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
   const value = headers[name]
   return Array.isArray(value) ? value[0] : value
+}
+
+/** A URL's user info decoded; a stray % (which the URL parser keeps as is) stays as written. */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    return part
+  }
 }
