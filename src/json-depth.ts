@@ -1,8 +1,9 @@
 /**
- * How deep JSON that agentd takes from outside (request bodies, a model's tool-call arguments) may
- * nest. Deeper text is refused before it is parsed: JSON.parse takes any depth, but the recursive
- * code downstream (JSON.stringify when it is stored, schema validation, structuredClone) would
- * overflow the stack and fail the request or the run as an internal error.
+ * How deep JSON that agentd takes from elsewhere (request bodies, a model's tool-call arguments,
+ * webhook and hook answers) may nest. Deeper text is refused before it is parsed: JSON.parse takes
+ * any depth, but the recursive code downstream (JSON.stringify when it is stored, schema
+ * validation, structuredClone) overflows the stack on a few thousand levels, which a few kilobytes
+ * of brackets reach, and would fail the request or the run as an internal error.
  */
 export const MAX_JSON_DEPTH = 128
 

@@ -109,7 +109,7 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, start: 
     } else if (tool.kind === 'client') {
       // The input a preToolUse hook may have rewritten.
       const invalid = tool.check(record.input)
-      outcome = invalid ? { ok: false, error: invalid } : await awaitClient(ctx, hooks, record)
+      outcome = invalid ? { ok: false, error: invalid } : await awaitClient(ctx, hooks, record, tool)
     } else {
       if (!start.direct) {
         record.state = 'executing'
@@ -199,7 +199,9 @@ function approvalNeeded(ctx: RunContext, toolName: string, askedByHook: boolean)
   return askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(toolName))
 }
 
-async function awaitClient(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord): Promise<ToolOutcome> {
+async function awaitClient(
+  ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRecord, tool: Extract<SessionTool, { kind: 'client' }>
+): Promise<ToolOutcome> {
   record.state = 'executing'
   await ctx.commit([
     saveCall(record), ...ctx.statusChange('awaiting_tool_result'), ctx.event('control', 'tool_result_required', { call: snapshot(record) })
@@ -215,7 +217,7 @@ async function awaitClient(ctx: RunContext, hooks: ToolCallHooks, record: ToolCa
       })
     }
   }
-  return { ok: true, result: answer.output }
+  return tool.outcomeOf(answer.output)
 }
 
 /** Gives an unfinished call its final, sealed result so the history never holds a call without an answer. */

@@ -1,5 +1,6 @@
 import { lookup as dnsLookup } from 'node:dns/promises'
 import { BlockList, isIP, type LookupFunction } from 'node:net'
+import { errors } from 'undici'
 import { ToolFailure } from './tool-errors.ts'
 
 const blockedV4 = new BlockList()
@@ -27,7 +28,8 @@ for (const [net, prefix] of [
   ['fe80::', 10], // link-local
   ['fec0::', 10], // site-local (deprecated)
   ['ff00::', 8], // multicast
-  ['100::', 64] // discard
+  ['100::', 64], // discard
+  ['64:ff9b:1::', 48] // local-use NAT64 (RFC 8215): an operator's own translator, into its private IPv4
 ] as const) {
   blockedV6.addSubnet(net, prefix, 'ipv6')
 }
@@ -35,7 +37,8 @@ for (const [net, prefix] of [
 /**
  * True for addresses a fetch from inside the service must not reach: loopback, private,
  * link-local, metadata, unspecified, multicast and reserved ranges, also when an IPv4 address
- * hides inside IPv6 (mapped ::ffff:a.b.c.d, translated ::ffff:0:a.b.c.d, compatible ::a.b.c.d, NAT64 64:ff9b::/96).
+ * hides inside IPv6 (mapped ::ffff:a.b.c.d, translated ::ffff:0:a.b.c.d, compatible ::a.b.c.d, NAT64 64:ff9b::/96,
+ * 6to4 2002:AABB:CCDD::/48); the local-use NAT64 prefix 64:ff9b:1::/48 is refused whole.
  */
 export function isForbiddenAddress(address: string): boolean {
   const ip = address.replace(/^\[|\]$/g, '').replace(/%.*$/, '')
@@ -56,10 +59,11 @@ function embeddedIpv4(ip: string): string | null {
   const translated = zero(top.slice(0, 4)) && top[4] === 0xffff && top[5] === 0
   const compatible = zero(top)
   const nat64 = groups[0] === 0x64 && groups[1] === 0xff9b && zero(groups.slice(2, 6))
+  const quad = (hi: number, lo: number) => `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`
+  // 6to4 (2002::/16) carries the IPv4 address right after the prefix; a host with a 6to4 tunnel sends it there.
+  if (groups[0] === 0x2002) return quad(groups[1] ?? 0, groups[2] ?? 0)
   if (!(mapped || translated || compatible || nat64)) return null
-  const hi = groups[6] ?? 0
-  const lo = groups[7] ?? 0
-  return `${hi >> 8}.${hi & 0xff}.${lo >> 8}.${lo & 0xff}`
+  return quad(groups[6] ?? 0, groups[7] ?? 0)
 }
 
 /** The eight 16-bit groups of an IPv6 address (a trailing dotted quad allowed), or null. */
@@ -164,4 +168,10 @@ export function pinnedLookup(pins: ReadonlyMap<string, CheckedAddress[]>): Looku
     if (options.all) (callback as unknown as (e: null, a: CheckedAddress[]) => void)(null, addresses)
     else callback(null, first.address, first.family)
   }
+}
+
+/** True when the server answered, but not with HTTP that can be read: a retry gets the same. */
+export function brokenAnswer(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code
+  return err instanceof errors.HTTPParserError || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH'
 }

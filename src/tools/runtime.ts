@@ -108,7 +108,8 @@ export function capResult(value: unknown, maxBytes: number): Capped {
   return { ok: true, result: cut.text + truncationNote(Buffer.byteLength(cut.text), cut.bytes), truncated: true }
 }
 
-function capDetail(error: ClassifiedError, maxBytes: number): ClassifiedError {
+/** The error with its `detail` replaced by a cut preview when its JSON is larger than `maxBytes`. */
+export function capDetail(error: ClassifiedError, maxBytes: number): ClassifiedError {
   if (error.detail === undefined) return error
   const capped = capResult(error.detail, maxBytes)
   if (capped.ok && !capped.truncated) return error

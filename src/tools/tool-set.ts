@@ -13,6 +13,12 @@ export type SessionTool =
       parameters: Record<string, unknown>
       /** Checks the model's arguments against the parameters before the run pauses; null when valid. */
       check(input: unknown): ClassifiedError | null
+      /**
+       * The call's outcome from the client's output, as runTool makes one from a server tool's
+       * result: `{ok: false, …}` is the tool's logical failure, anything else its result, cut with
+       * a note like any tool's (AGENTD_TOOL_MAX_OUTPUT_BYTES).
+       */
+      outcomeOf(output: unknown): ToolOutcome
     }
 
 /** The tools of one session: what the model is offered and how each name is run. */

@@ -1,8 +1,9 @@
 import { request, type Dispatcher } from 'undici'
+import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
-import { hostAllowed } from './net-guard.ts'
+import { brokenAnswer, hostAllowed } from './net-guard.ts'
 import { CappedBuffer } from './output.ts'
 import type { Tool } from './types.ts'
 
@@ -70,21 +71,36 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         }
       } catch (err) {
         if (deadline?.aborted && !ctx.signal.aborted) {
-          throw new ToolFailure('TIMEOUT', `The webhook did not answer within ${timeoutMs} ms.`, { url: redacted(url), timeoutMs })
+          throw new ToolFailure('TIMEOUT', `The webhook did not answer within ${timeoutMs} ms.`, { url: redacted(url), timeoutMs, reason: 'webhook_timeout' })
         }
         if (ctx.signal.aborted) throw err
         const code = (err as { code?: unknown }).code
+        if (brokenAnswer(err)) {
+          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} answered with a broken HTTP response: ${(err as Error).message}`, {
+            url: redacted(url),
+            reason: 'bad_answer',
+            ...(typeof code === 'string' ? { errno: code } : {})
+          }, { retryable: false, cause: err })
+        }
         throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} could not be reached: ${(err as Error).message}`, {
           url: redacted(url),
+          reason: 'unreachable',
           ...(typeof code === 'string' ? { errno: code } : {})
         }, { cause: err })
       }
-      if (response.statusCode < 200 || response.statusCode > 299) {
+      const status = response.statusCode
+      if (status < 200 || status > 299) {
+        const retryAfterMs = retryAfter(response.headers['retry-after'])
+        // Only a server that is busy or failing may answer otherwise next time; a 3xx or 4xx answers the same call the same way.
+        const transient = status === 408 || status === 429 || status >= 500
         throw new ToolFailure(
-          response.statusCode === 429 ? 'RATE_LIMITED' : 'IO_ERROR',
-          `The webhook answered HTTP ${response.statusCode}.`,
-          { url: redacted(url), status: response.statusCode, body: buffer.text().slice(0, 500) },
-          { errorType: 'runtime' }
+          status === 429 ? 'RATE_LIMITED' : 'IO_ERROR',
+          `The webhook answered HTTP ${status}.`,
+          {
+            url: redacted(url), status, reason: 'webhook_status', body: buffer.text().slice(0, 500),
+            ...(retryAfterMs !== null ? { retryAfterMs } : {})
+          },
+          { errorType: 'runtime', retryable: transient }
         )
       }
       if (buffer.truncated) {
@@ -92,17 +108,61 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
       }
       const text = buffer.text()
       if (text.trim() === '') return null
+      if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
+        throw new ToolFailure('IO_ERROR', `The webhook answered JSON nested deeper than ${MAX_JSON_DEPTH} levels.`, {
+          url: redacted(url), status, reason: 'too_deep', maxDepth: MAX_JSON_DEPTH
+        }, { retryable: false })
+      }
       try {
         return JSON.parse(text) as unknown
       } catch {
         throw new ToolFailure('IO_ERROR', 'The webhook answered with a body that is not JSON.', {
           url: redacted(url),
-          status: response.statusCode,
+          status,
+          reason: 'not_json',
           body: text.slice(0, 500)
-        })
+        }, { retryable: false })
       }
+    },
+    recommend({ code, reason, detail }) {
+      const name = spec.name
+      const wait = typeof detail?.['retryAfterMs'] === 'number' ? `wait ${Math.ceil(detail['retryAfterMs'] / 1000)} s (the webhook's Retry-After)` : 'wait a little'
+      const status = detail?.['status']
+      switch (code) {
+        case 'RATE_LIMITED':
+          return [`${name} is rate limited; ${wait} before calling it again, and make fewer calls.`]
+        case 'TIMEOUT':
+          return [`${name} did not answer in time; retry once later, and if it times out again go on without it.`]
+        case 'OUTPUT_TOO_LARGE':
+          return [`${name} answered more than ${maxBytes} bytes; call it with narrower arguments if its parameters allow, or go on without it.`]
+        case 'IO_ERROR':
+          if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
+          if (reason === 'bad_answer') return [`${name}'s server answered with a broken HTTP response, which is a fault of its server; do not retry, go on without it and tell the user.`]
+          if (reason === 'too_deep') return [`${name} answered JSON nested deeper than ${MAX_JSON_DEPTH} levels, which is a fault of its server; do not retry, go on without it and tell the user.`]
+          if (reason === 'not_json') return [`${name} answered something other than JSON, which is a fault of its server; do not retry, go on without it and tell the user.`]
+          if (reason === 'webhook_status' && typeof status === 'number' && (status >= 500 || status === 408)) {
+            return [`${name}'s server failed (HTTP ${status}); ${wait}, retry once, and if it fails again go on without it.`]
+          }
+          if (reason === 'webhook_status' && typeof status === 'number' && status < 400) {
+            return [`${name} answered a redirect (HTTP ${status}), which webhook tools do not follow: its URL is out of date; do not retry, go on without it and tell the user.`]
+          }
+          if (reason === 'webhook_status') {
+            return [`${name} refused this call (HTTP ${String(status)}); do not repeat it as is: check the arguments against its parameters, or go on without it.`]
+          }
+      }
+      return undefined
     }
   }
+}
+
+/** A Retry-After header (seconds or an HTTP date) in milliseconds; null when absent or unusable. */
+function retryAfter(value: string | string[] | undefined): number | null {
+  const text = (Array.isArray(value) ? value[0] : value)?.trim()
+  if (!text) return null
+  const seconds = Number(text)
+  if (Number.isFinite(seconds)) return seconds >= 0 ? Math.round(seconds * 1000) : null
+  const date = Date.parse(text)
+  return Number.isNaN(date) ? null : Math.max(0, date - Date.now())
 }
 
 /** The URL as errors and events show it: no query string or fragment, which may carry a secret. */

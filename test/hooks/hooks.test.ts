@@ -300,3 +300,32 @@ t.test('an interrupt does not wait for a hung hook: the run is cancelled at once
   const end = ofType(await observeEvents(ctx, session.id), 'tool:end')[0]
   t.equal(end?.data.call.state, 'sealed')
 })
+
+t.test('a hook URL with user:password@ authenticates with Basic authorization, and the password is shown nowhere', async (t) => {
+  const policy = await startHookServer(t, () => ({ json: { decision: 'allow' } }))
+  const url = policy.url.replace('http://', 'http://agentd:pa%3Ass@')
+  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ name: 'guarded', on: 'preToolUse', url, tools: ['fs_list'] }]) })
+  const { run, events } = await runCalls(ctx, {}, [{ name: 'fs_list', arguments: { path: '.' } }])
+  t.equal(run.status, 'completed')
+  t.equal(policy.received[0]?.headers.authorization, `Basic ${Buffer.from('agentd:pa:ss').toString('base64')}`)
+  t.match(ofType(events, 'hook_decided')[0]?.data, { hook: 'guarded', decision: 'allow' })
+  t.notMatch(JSON.stringify(events), /pa%3Ass|pa:ss/, 'no event carries the password')
+})
+
+t.test('a hook answer nested thousands of levels deep is garbage like any other: a warn, and the run goes on', async (t) => {
+  const deep = (depth: number) => '['.repeat(depth) + ']'.repeat(depth)
+  const redact = await startHookServer(t, () => ({ text: `{"output":${deep(5000)}}` }))
+  const policy = await startHookServer(t, () => ({ text: `{"decision":"allow","input":{"path":${deep(5000)}}}` }))
+  const ctx = await buildTestApp(t, {
+    env: hooksEnv(t, [{ name: 'policy', on: 'preToolUse', url: policy.url }, { name: 'redact', on: 'postToolUse', url: redact.url }])
+  })
+  const { run, events, toolResults } = await runCalls(ctx, {}, [{ name: 'fs_list', arguments: { path: '.' } }])
+  t.equal(run.status, 'completed', 'the run is not failed by what a hook answered')
+  const warns = ofType(events, 'error').map((e) => e.data)
+  t.match(warns, [
+    { severity: 'warn', phase: 'system', detail: { code: 'HOOK_INVALID_RESPONSE', detail: { hook: 'policy', maxDepth: 128 } } },
+    { severity: 'warn', phase: 'system', detail: { code: 'HOOK_INVALID_RESPONSE', detail: { hook: 'redact', maxDepth: 128 } } }
+  ])
+  t.match(ofType(events, 'tool:end')[0]?.data.call, { state: 'completed', input: { path: '.' } }, 'the call ran with its own input')
+  t.match(toolResults, [{ entries: Array }], 'the model got the output unchanged (onFailure: continue)')
+})

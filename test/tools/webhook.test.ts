@@ -1,7 +1,7 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { Value } from '@sinclair/typebox/value'
 import { ToolSpecError, checkToolInput, parametersFromJsonSchema, plainJsonSchema } from '../../src/tools/json-schema.ts'
 import { runTool } from '../../src/tools/runtime.ts'
@@ -156,5 +156,65 @@ t.test('JSON Schema parameters are checked faithfully, also by plain Value.Check
   ]) {
     t.not(checkToolInput('t', parameters, bad), null, `${JSON.stringify(bad)} is refused`)
     t.equal(Value.Check(parameters, bad), false)
+  }
+})
+
+t.test('a failing webhook tells the model what to do: its Retry-After, whether a retry can help, its own advice', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (body, _req, res) => {
+    const mode = (body as { input: { mode: string } }).input.mode
+    if (mode === 'busy') res.writeHead(429, { 'retry-after': '7' }).end()
+    else if (mode === 'down') res.writeHead(503, { 'retry-after': '2' }).end('<html>down</html>')
+    else if (mode === 'moved') res.writeHead(302, { location: 'http://169.254.169.254/' }).end()
+    else if (mode === 'refused') res.writeHead(422).end('{"error":"bad city"}')
+    else if (mode === 'html') res.writeHead(200, { 'content-type': 'text/html' }).end('<html>hi</html>')
+    else res.socket?.destroy()
+  })
+  const parameters = { type: 'object', properties: { mode: { type: 'string' } }, required: ['mode'] }
+  const tool = createWebhookTool({ name: 'forecast', description: 'd', parameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const call = async (mode: string) => {
+    const outcome = await runTool(tool, { mode }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 10_000 })
+    return outcome.ok ? null : outcome.error
+  }
+
+  t.match(await call('busy'), { code: 'RATE_LIMITED', retryable: true, detail: { retryAfterMs: 7000 }, recommendations: [/^forecast is rate limited; wait 7 s/] })
+  t.match(await call('down'), { code: 'IO_ERROR', retryable: true, detail: { status: 503, retryAfterMs: 2000 }, recommendations: [/HTTP 503\); wait 2 s/] })
+  t.match(await call('moved'), { code: 'IO_ERROR', retryable: false, detail: { status: 302 }, recommendations: [/do not follow.*do not retry/] })
+  t.match(await call('refused'), { code: 'IO_ERROR', retryable: false, detail: { status: 422 }, recommendations: [/refused this call \(HTTP 422\); do not repeat it/] })
+  t.match(await call('html'), { code: 'IO_ERROR', retryable: false, detail: { reason: 'not_json' }, recommendations: [/other than JSON.*do not retry/] })
+  t.match(await call('reset'), { code: 'IO_ERROR', retryable: true, detail: { reason: 'unreachable' }, recommendations: [/could not be reached; retry once/] })
+})
+
+t.test('a webhook answer nested thousands of levels deep is its server\'s fault, not an unknown failure of the tool', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.end('['.repeat(5000) + ']'.repeat(5000)))
+  const tool = createWebhookTool({ name: 'nested', description: 'd', parameters: { type: 'object' }, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const outcome = await runTool(tool, {}, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 100_000 })
+  t.match(outcome, {
+    ok: false,
+    error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { reason: 'too_deep', maxDepth: 128 }, recommendations: [/nested deeper than 128 levels.*do not retry/] }
+  })
+})
+
+t.test('a webhook server that answers broken HTTP is not "unreachable": its fault, not retryable', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const answers = ['not http at all\r\n\r\n', `HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n{}`]
+  const server = createNetServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => socket.end(answers.shift() ?? ''))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => server.close())
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`
+  const tool = createWebhookTool({ name: 'legacy', description: 'd', parameters: { type: 'object' }, url }, { allowedHosts: ['127.0.0.1'] })
+  for (const what of ['a bad status line', 'headers too large']) {
+    const outcome = await runTool(tool, {}, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 10_000 })
+    t.match(outcome, {
+      ok: false,
+      error: { code: 'IO_ERROR', retryable: false, message: /answered with a broken HTTP response/, detail: { reason: 'bad_answer' }, recommendations: [/do not retry/] }
+    }, what)
   }
 })

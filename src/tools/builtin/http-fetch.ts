@@ -1,9 +1,11 @@
 import { Type } from '@sinclair/typebox'
+import type { Transform } from 'node:stream'
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib'
 import { Agent, request, type Dispatcher } from 'undici'
 import { errnoFamily, errnoOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
-import { pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
-import { CappedBuffer } from '../output.ts'
+import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
+import { truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 
 const Method = Type.Union(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].map((m) => Type.Literal(m)))
@@ -19,7 +21,10 @@ const Parameters = Type.Object(
 )
 
 export interface HttpFetchOptions extends AddressPolicy {
-  /** Bytes of response body kept; the rest is not read. */
+  /**
+   * Bytes of the whole result as JSON (the runtime's output cap): the body is cut to fit, so the
+   * model gets an object with `truncated: true`, not cut JSON text. No more body than this is read.
+   */
   maxBytes: number
   /** Connect, headers and body timeouts of each hop. */
   timeoutMs: number
@@ -43,15 +48,15 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
   return {
     name: 'http_fetch',
     description:
-      'Fetch an http(s) URL. Returns status, headers and the body as text (cut at ' +
-      `${opts.maxBytes} bytes). Follows up to ${opts.maxRedirects} redirects. ` +
+      'Fetch an http(s) URL. Returns status, headers and the body as text, the body cut so that ' +
+      `the whole answer fits in ${opts.maxBytes} bytes (then truncated is true). Follows up to ${opts.maxRedirects} redirects. ` +
       'Loopback, private, link-local and cloud metadata addresses are refused.',
     parameters: Parameters,
     async execute(input, ctx) {
       let url = parseHttpUrl(input.url)
       let method = input.method ?? 'GET'
       let body = input.body
-      let headers: Record<string, string> = { ...input.headers }
+      let headers: Record<string, string> = checkedHeaders(input.headers ?? {})
       const pins = new Map<string, CheckedAddress[]>()
       const agent = new Agent({
         connect: { lookup: pinnedLookup(pins), timeout: opts.timeoutMs },
@@ -60,17 +65,17 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       })
       try {
         for (let redirects = 0; ; redirects++) {
-          pins.set(url.hostname.toLowerCase(), await resolveChecked(url, opts, opts.resolve))
-          const response = await send(agent, url, method, headers, body, ctx.signal)
+          pins.set(url.hostname.toLowerCase(), await resolveChecked(shown(url), opts, opts.resolve))
+          const response = await send(agent, url, method, withUrlCredentials(headers, url), body, ctx.signal)
           const location = header(response.headers, 'location')
           if (!redirectStatuses.has(response.statusCode) || location === undefined) {
-            return await readResponse(response, url, redirects, opts.maxBytes)
+            return await readResponse(response, shown(url), redirects, opts.maxBytes)
           }
           await response.body.dump()
           if (redirects >= opts.maxRedirects) {
-            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: url.href, reason: 'too_many_redirects' })
+            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: shown(url).href, reason: 'too_many_redirects' })
           }
-          const next = parseHttpUrl(new URL(location, url).href)
+          const next = redirectTarget(location, url)
           if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) {
             method = 'GET'
             body = undefined
@@ -92,13 +97,78 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
           return ['Fetch a smaller resource, e.g. an API endpoint with paging or filters.']
         case 'PERMISSION_DENIED':
           return ['Loopback, private, link-local and metadata addresses are refused; fetch a public http(s) URL instead.']
+        case 'VALIDATION_ERROR':
+          if (reason === 'bad_header') {
+            return ['Send only valid headers: names are plain tokens, values have no line breaks, and Host, Connection, Transfer-Encoding, Upgrade, Expect and Content-Length are set by the tool.']
+          }
+          return undefined
         case 'IO_ERROR':
+          if (reason === 'bad_answer') return ['The server answered with a broken HTTP response (bad status line, headers too large); do not retry, try another URL.']
+          if (reason === 'bad_encoding') return ['The server sent a body its Content-Encoding does not match; do not retry, try another URL.']
           if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
+          if (reason === 'bad_redirect') return ['The server redirected to a location that is not a valid http(s) URL; do not retry, try another URL.']
           return ['Check the URL and that the host is reachable; retry once if the failure looks transient.']
       }
       return undefined
     }
   }
+}
+
+// RFC 9110 token characters; a value may hold anything but line breaks and NUL.
+const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+const badHeaderValue = /[\r\n\0]/
+// Headers that frame the message or the connection: the tool sets them, a caller's value would break the request.
+const managedHeaders = new Set(['host', 'connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'te', 'trailer'])
+
+/** The caller's headers, or VALIDATION_ERROR naming the first that cannot be sent as given (a line break would inject headers). */
+function checkedHeaders(given: Record<string, string>): Record<string, string> {
+  for (const [name, value] of Object.entries(given)) {
+    const problem = !headerName.test(name)
+      ? 'is not a valid header name'
+      : badHeaderValue.test(value)
+        ? 'has a line break or NUL in its value'
+        : managedHeaders.has(name.toLowerCase())
+          ? 'is set by the tool and cannot be given'
+          : null
+    if (problem) throw new ToolFailure('VALIDATION_ERROR', `The header ${JSON.stringify(name)} ${problem}.`, { header: name, reason: 'bad_header' })
+  }
+  return { ...given }
+}
+
+/**
+ * undici sends no credentials from a URL's user info: they become Basic authorization here, unless
+ * the caller gave an Authorization header of its own. Each hop's URL decides (a redirect elsewhere carries none).
+ */
+function withUrlCredentials(headers: Record<string, string>, url: URL): Record<string, string> {
+  if (url.username === '' && url.password === '') return headers
+  if (Object.keys(headers).some((k) => k.toLowerCase() === 'authorization')) return headers
+  const pair = `${decoded(url.username)}:${decoded(url.password)}`
+  return { ...headers, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
+}
+
+/** The URL as results show it: without user info, which may carry a password. */
+function shown(url: URL): URL {
+  if (url.username === '' && url.password === '') return url
+  const copy = new URL(url.href)
+  copy.username = ''
+  copy.password = ''
+  return copy
+}
+
+/** Where a redirect leads, or IO_ERROR (bad_redirect) when its Location is no http(s) URL: the server's fault, not the caller's. */
+function redirectTarget(location: string, from: URL): URL {
+  let next: URL
+  try {
+    next = new URL(location, from)
+  } catch {
+    throw new ToolFailure('IO_ERROR', `${from.host} redirected to ${JSON.stringify(location.slice(0, 200))}, which is not a valid URL.`,
+      { url: shown(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
+  }
+  if (next.protocol !== 'http:' && next.protocol !== 'https:') {
+    throw new ToolFailure('IO_ERROR', `${from.host} redirected to a ${next.protocol} URL; only http and https are followed.`,
+      { url: shown(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
+  }
+  return next
 }
 
 function parseHttpUrl(raw: string): URL {
@@ -127,36 +197,115 @@ async function send(
   } catch (err) {
     if (signal.aborted) throw err
     const code = errnoOf(err)
+    if (brokenAnswer(err)) {
+      throw new ToolFailure('IO_ERROR', `${url.host} answered with a broken HTTP response: ${(err as Error).message}`,
+        { url: shown(url).href, reason: 'bad_answer', ...(code !== undefined ? { errno: code } : {}) }, { retryable: false, cause: err })
+    }
     throw new ToolFailure(
       errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
       `The request to ${url.host} failed: ${(err as Error).message}`,
-      { url: url.href, ...(code !== undefined ? { errno: code } : {}) },
+      { url: shown(url).href, ...(code !== undefined ? { errno: code } : {}) },
       { errorType: 'runtime', cause: err }
     )
   }
 }
 
 async function readResponse(response: Dispatcher.ResponseData, url: URL, redirects: number, maxBytes: number) {
-  const buffer = new CappedBuffer(maxBytes)
-  for await (const chunk of response.body as AsyncIterable<Buffer>) {
-    buffer.push(chunk)
-    // Stop reading at the cap: the rest of a huge body is never downloaded.
-    if (buffer.truncated) break
-  }
   const contentType = header(response.headers, 'content-type') ?? ''
-  const textual = contentType === '' || textTypes.test(contentType)
-  return {
-    url: url.href,
-    status: response.statusCode,
-    headers: response.headers,
-    body: textual ? buffer.text() : null,
-    ...(textual ? {} : { note: `Binary content (${contentType}) is not shown.` }),
-    truncated: buffer.truncated,
-    redirects
+  const encoding = (header(response.headers, 'content-encoding') ?? '').trim().toLowerCase()
+  const decoder = encoding === '' || encoding === 'identity' ? null : decoders[encoding]?.() ?? undefined
+  const textual = decoder !== undefined && (contentType === '' || textTypes.test(contentType))
+  if (!textual) {
+    // Nothing of it is shown: not a byte more is read.
+    await response.body.dump({ limit: 0 }).catch(() => {})
+    const what = decoder === undefined ? `Content encoded as ${encoding}` : `Binary content (${contentType})`
+    return { url: url.href, status: response.statusCode, headers: response.headers, body: null, note: `${what} is not shown.`, truncated: false, redirects }
   }
+  const chunks: Buffer[] = []
+  let kept = 0
+  let seen = 0
+  // Decoded as it arrives and read only up to the cap, so a small compressed body that expands to
+  // gigabytes (a decompression bomb) costs no more than maxBytes and the bytes it took to reach them.
+  const source: AsyncIterable<Buffer> = decoder ? response.body.pipe(decoder) : response.body
+  response.body.once('error', (err) => decoder?.destroy(err))
+  let received = 0
+  if (decoder) response.body.on('data', (chunk: Buffer) => (received += chunk.length))
+  try {
+    for await (const chunk of source) {
+      seen += chunk.length
+      const part = chunk.subarray(0, Math.max(0, maxBytes - kept))
+      chunks.push(part)
+      kept += part.length
+      if (seen > maxBytes) break
+    }
+  } catch (err) {
+    if (!decoder || response.body.errored) throw err
+    // Nothing received is an empty body, not a bad encoding: a HEAD, 204 or 304 answer names its encoding but has none.
+    if (received > 0) {
+      throw new ToolFailure('IO_ERROR', `The body from ${url.host} is not valid ${encoding}: ${(err as Error).message}`,
+        { url: url.href, encoding, reason: 'bad_encoding' }, { retryable: false, cause: err })
+    }
+  } finally {
+    response.body.destroy()
+  }
+  const cut = seen > kept
+  const text = utf8Prefix(Buffer.concat(chunks), maxBytes)
+  const result = { url: url.href, status: response.statusCode, headers: response.headers, body: text, truncated: cut, redirects }
+  if (!cut && Buffer.byteLength(JSON.stringify(result)) <= maxBytes) return result
+  // What is left for the body once the rest of the result and the note are written.
+  const room = maxBytes - Buffer.byteLength(JSON.stringify({ ...result, body: '', truncated: true })) - NOTE_ROOM
+  const shown = jsonFittingPrefix(text, room)
+  // Reading stopped at the cap: the size is known only from an unencoded body's Content-Length.
+  const length = Number(header(response.headers, 'content-length'))
+  const total = !cut ? Buffer.byteLength(text) : decoder === null && Number.isSafeInteger(length) ? length : null
+  return { ...result, body: shown + truncationNote(Buffer.byteLength(shown), total), truncated: true }
+}
+
+/** Bytes the truncation note takes in JSON, with room to spare. */
+const NOTE_ROOM = 100
+
+/** The longest prefix of `text` whose JSON string (quotes and escapes included) has at most `maxBytes` UTF-8 bytes; never splits a surrogate pair. */
+function jsonFittingPrefix(text: string, maxBytes: number): string {
+  let bytes = 2
+  let i = 0
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    let cost: number
+    let units = 1
+    if (c === 0x22 || c === 0x5c || c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d) cost = 2
+    else if (c < 0x20) cost = 6
+    else if (c < 0x80) cost = 1
+    else if (c < 0x800) cost = 2
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      cost = 4
+      units = 2
+    } else if (c >= 0xd800 && c <= 0xdfff) cost = 6 // a lone surrogate is escaped as \uXXXX
+    else cost = 3
+    if (bytes + cost > maxBytes) break
+    bytes += cost
+    i += units - 1
+  }
+  return text.slice(0, i)
+}
+
+/** The content encodings http_fetch decodes (RFC 9110 8.4.1; x-gzip is gzip's old name). */
+const decoders: Readonly<Record<string, () => Transform>> = {
+  gzip: () => createGunzip(),
+  'x-gzip': () => createGunzip(),
+  deflate: () => createInflate(),
+  br: () => createBrotliDecompress()
 }
 
 function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
   const value = headers[name]
   return Array.isArray(value) ? value[0] : value
+}
+
+/** A URL's user info decoded; a stray % (which the URL parser keeps as is) stays as written. */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    return part
+  }
 }

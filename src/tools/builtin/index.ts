@@ -19,7 +19,7 @@ export interface BuiltinToolOptions {
     allowPrivate: boolean
     /** Hosts (`host` or `host:port`) reachable even though they resolve to such addresses. */
     allowedHosts?: readonly string[]
-    /** Response body bytes kept; default 1 MiB. */
+    /** Bytes of one result as JSON, the body cut to fit; default maxOutputBytes, the runtime's cap. */
     maxBytes?: number
     /** Per-hop connect/headers/body timeout; default 30 s. */
     timeoutMs?: number
@@ -41,7 +41,7 @@ export function createBuiltinTools(opts: BuiltinToolOptions): Tool[] {
     createHttpFetchTool({
       allowPrivate: opts.httpFetch.allowPrivate,
       allowedHosts: opts.httpFetch.allowedHosts ?? [],
-      maxBytes: opts.httpFetch.maxBytes ?? 1024 * 1024,
+      maxBytes: opts.httpFetch.maxBytes ?? maxOutputBytes,
       timeoutMs: opts.httpFetch.timeoutMs ?? 30_000,
       maxRedirects: 5
     })
