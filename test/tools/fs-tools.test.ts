@@ -174,6 +174,16 @@ t.test('fs_glob matches inside the workspace only', async (t) => {
   t.match(await call(ws, 'fs_glob', { pattern: '/etc/*' }), { ok: false, error: { code: 'PATH_TRAVERSAL' } })
 })
 
+t.test('fs_glob does not walk through a link that leads out of the workspace, and still through one that stays in', async (t) => {
+  // Before, "everything/**" through a link to / walked the whole file system (matching nothing
+  // it could show) until the tool's timeout.
+  const ws = await setup(t)
+  await symlink('/', path.join(ws.root, 'everything'))
+  await symlink(path.join(ws.root, 'src'), path.join(ws.root, 'inner'))
+  t.match(await call(ws, 'fs_glob', { pattern: 'everything/**' }), { ok: true, result: { matches: [], truncated: false } })
+  t.match(await call(ws, 'fs_glob', { pattern: 'inner/**/*.ts' }), { ok: true, result: { matches: ['inner/lib/x.ts', 'inner/main.ts'] } })
+})
+
 t.test('fs_glob checks each brace alternative: none may leave the workspace, and there are not thousands', async (t) => {
   const ws = await setup(t)
   for (const pattern of ['{..,x}/{..,x}/**/*.none', 'src/{lib,..}/*', '{/etc,src}/*', '{src,{a,..}}/*.txt']) {

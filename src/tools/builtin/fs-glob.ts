@@ -1,3 +1,4 @@
+import { realpathSync, type Dirent } from 'node:fs'
 import { glob } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
@@ -18,6 +19,15 @@ const Parameters = Type.Object(
 const skipped = new Set(['.git', 'node_modules'])
 /** More alternatives than this (braces multiply: ten `{a,b}` make 1024) is a pattern no search needs. */
 const MAX_EXPANSIONS = 256
+
+/** Whether a path, its links followed to the end, is inside the workspace (false for a dangling link). */
+function linksInside(root: string, link: string): boolean {
+  try {
+    return isInside(root, realpathSync(link))
+  } catch {
+    return false
+  }
+}
 
 /** fs_glob: workspace paths matching a glob (node:fs/promises glob), confined to the workspace and capped. */
 export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Parameters> {
@@ -47,16 +57,24 @@ export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Para
       const named = segments.filter((s) => skipped.has(s))
       // glob asks before it enters or yields each path: the walk never leaves the workspace,
       // whatever the pattern, and once the call is aborted (timeout, interrupt) it enters
-      // nothing more, so the work stops instead of going on unawaited.
-      const exclude = (name: string) =>
-        ctx.signal.aborted ||
-        !isInside(root, path.resolve(cwd, name)) ||
-        (skipped.has(path.basename(name)) && !named.includes(path.basename(name)))
+      // nothing more, so the work stops instead of going on unawaited. A folder is checked by its
+      // real path, once: glob enters a link named by the pattern without asking ("link/**"
+      // through a link to / walked the whole file system until the timeout).
+      const insideFolders = new Map<string, boolean>()
+      const exclude = (entry: Dirent) => {
+        if (ctx.signal.aborted) return true
+        const folder = path.resolve(cwd, entry.parentPath)
+        let inside = insideFolders.get(folder)
+        if (inside === undefined) insideFolders.set(folder, (inside = linksInside(root, folder)))
+        if (!inside) return true
+        if (skipped.has(entry.name) && !named.includes(entry.name)) return true
+        return entry.isSymbolicLink() && !linksInside(root, path.join(folder, entry.name))
+      }
       const matches: string[] = []
       let truncated = false
-      for await (const match of glob(input.pattern, { cwd, exclude })) {
+      for await (const match of glob(input.pattern, { cwd, exclude, withFileTypes: true })) {
         ctx.signal.throwIfAborted()
-        const absolute = path.resolve(cwd, match)
+        const absolute = path.resolve(cwd, match.parentPath, match.name)
         // glob does not follow links into folders, but a matched link itself may point out.
         const inside = await resolveInWorkspace(root, absolute).then(
           (real) => isInside(root, real),
