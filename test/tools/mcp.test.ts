@@ -63,6 +63,15 @@ async function until(t: TapTest, what: string, check: () => Promise<boolean> | b
   t.pass(what)
 }
 
+/** Alive and not a zombie (an orphan killed by agentd waits for init to reap it). */
+function running(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))
+  } catch {
+    return false
+  }
+}
+
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0)
@@ -247,6 +256,17 @@ t.test('closing the app stops a stdio server with its whole process group', asyn
   t.ok(alive(serverPid) && alive(childPid), 'server and its child run')
   await ctx.app.close()
   await until(t, 'both are gone', () => !alive(serverPid) && !alive(childPid), 5000)
+})
+
+t.test('a stdio server that dies by itself takes what it started with it, before its restart', async (t) => {
+  const { entry, log } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  await runCalls(ctx, { tools: ['misbehaving__spawn_child'] }, [{ name: 'misbehaving__spawn_child', arguments: {} }])
+  const childPid = Number(/child (\d+)/.exec(readFileSync(log, 'utf8'))?.[1])
+  t.ok(running(childPid), 'the server started a child')
+  await runCalls(ctx, { tools: ['misbehaving__die'] }, [{ name: 'misbehaving__die', arguments: {} }])
+  await until(t, 'the server is back', async () => (await tools(ctx)).servers[0]?.state === 'up')
+  await until(t, 'the child of the dead server is gone', () => !running(childPid), 5000)
 })
 
 t.test('a server that fails to start or hangs at start does not stop agentd; it shows as down and is retried', async (t) => {

@@ -65,6 +65,9 @@ export class ProcessGroupStdioTransport implements Transport {
       child.once('spawn', () => resolve())
       child.once('exit', (code, signal) => {
         this.exit = { code, signal }
+        // A server that died by itself may leave what it started in its group: nothing will talk
+        // to those any more, and a restart would add more of them.
+        if (child.pid !== undefined) signalGroup(child.pid, 'SIGKILL')
         // Its last stderr lines (why it died) may still be in the pipe; a child it left behind
         // can hold the pipe open, so this waits briefly, not for the pipe to close.
         const stderr = child.stderr
@@ -132,10 +135,9 @@ export class ProcessGroupStdioTransport implements Transport {
     child.stdin?.end()
     signalGroup(child.pid, 'SIGTERM')
     const timer = setTimeout(() => signalGroup(child.pid as number, 'SIGKILL'), this.#options.killGraceMs)
+    // The exit handler (start) kills what the leader left in the group.
     await exited
     clearTimeout(timer)
-    // The leader is gone; anything it left in the group goes too.
-    signalGroup(child.pid, 'SIGKILL')
   }
 
   #finish(): void {
