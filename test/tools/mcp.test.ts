@@ -269,6 +269,44 @@ t.test('a stdio server that dies by itself takes what it started with it, before
   await until(t, 'the child of the dead server is gone', () => !running(childPid), 5000)
 })
 
+/** The raw fixture server over stdio, listing these tools exactly as given. */
+function rawServer(tools: unknown[]) {
+  return { command: process.execPath, args: [new URL('../fixtures/mcp/raw-server.ts', import.meta.url).pathname], env: { MCP_RAW_TOOLS: JSON.stringify(tools) } }
+}
+
+t.test('tools whose names collide keep one name each: <server>__* stays selectable and a call reaches the first', async (t) => {
+  const empty = { type: 'object', properties: {} }
+  const ctx = await appWithMcp(t, { raw: rawServer([
+    { name: 'get.item', inputSchema: empty },
+    { name: 'get_item', inputSchema: empty },
+    { name: 'twice', inputSchema: empty },
+    { name: 'twice', inputSchema: empty }
+  ]) })
+  const listed = (await tools(ctx)).data.filter((tool) => tool.server === 'raw').map((tool) => tool.name)
+  t.same(listed, ['raw__get_item', 'raw__twice'], 'each name is offered once')
+  const { toolResults, run } = await runCalls(ctx, { tools: ['raw__*'] }, [{ name: 'raw__get_item', arguments: {} }])
+  t.equal(run.status, 'completed')
+  t.same(toolResults[0], { name: 'get.item', arguments: {} }, 'the first tool of that name is called')
+})
+
+t.test('a malformed tool is skipped, an output schema that cannot compile is not checked; the server stays up', async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([
+    { name: 'no_schema' },
+    { name: 'string_schema', inputSchema: { type: 'string' } },
+    { name: 'bad_output', inputSchema: { type: 'object' }, outputSchema: { type: 'object', $id: 'urn:bad' } },
+    { name: 'fine', inputSchema: { type: 'object', properties: { n: { type: 'number' } } } }
+  ]) })
+  const listed = await tools(ctx)
+  t.match(listed.servers, [{ name: 'raw', state: 'up', tools: 2, lastError: null }])
+  t.same(listed.data.filter((tool) => tool.server === 'raw').map((tool) => tool.name), ['raw__bad_output', 'raw__fine'])
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__*'] }, [
+    { name: 'raw__fine', arguments: { n: 1 } },
+    { name: 'raw__bad_output', arguments: {} }
+  ])
+  t.same(toolResults[0], { name: 'fine', arguments: { n: 1 } })
+  t.same(toolResults[1], { name: 'bad_output', arguments: {} })
+})
+
 t.test('a server that fails to start or hangs at start does not stop agentd; it shows as down and is retried', async (t) => {
   const ctx = await appWithMcp(t, {
     broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },

@@ -1,7 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
-import { ToolListChangedNotificationSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
+import { McpError, ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { version } from '../../version.ts'
 import type { Tool } from '../types.ts'
@@ -42,6 +42,18 @@ export interface McpConnectionOptions {
 
 /** The request timeout the SDK applies is turned off: the tools runtime owns the deadline and aborts the signal. */
 const NO_SDK_TIMEOUT = 2 ** 31 - 1
+/** Every page of a paginated tools/list, up to 10 000 tools. */
+async function listPages(page: (params: { cursor?: string }) => Promise<{ tools: unknown[]; nextCursor?: string | undefined }>): Promise<unknown[]> {
+  const listed: unknown[] = []
+  let cursor: string | undefined
+  do {
+    const answer = await page(cursor === undefined ? {} : { cursor })
+    listed.push(...answer.tools)
+    cursor = answer.nextCursor
+  } while (cursor !== undefined && listed.length < 10_000)
+  return listed
+}
+
 /** Tool names the model may call: OpenAI's function-name rule. */
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/
 
@@ -238,20 +250,51 @@ export class McpConnection {
   }
 
   async #refreshTools(client: Client): Promise<void> {
-    const listed: McpToolInfo[] = []
-    let cursor: string | undefined
-    do {
-      const page = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: this.#options.connectTimeoutMs })
-      listed.push(...page.tools)
-      cursor = page.nextCursor
-    } while (cursor !== undefined && listed.length < 10_000)
+    const listed = await this.#listTools(client)
     if (this.#client !== client) return
     const tools: Tool[] = []
-    for (const info of listed) {
-      const tool = this.#adapt(info)
-      if (tool) tools.push(tool)
+    const names = new Set<string>()
+    for (const raw of listed) {
+      const parsed = ToolSchema.safeParse(raw)
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0]
+        const name = (raw as { name?: unknown } | null)?.name
+        this.#log.warn({ tool: typeof name === 'string' ? name.slice(0, 200) : null, problem: issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid' }, 'MCP tool skipped: its definition is not a valid MCP tool')
+        continue
+      }
+      const tool = this.#adapt(parsed.data)
+      if (!tool) continue
+      // Two tools whose names differ only in characters replaced by "_" (or a name listed twice):
+      // the first keeps the name, so that <server>__* and the calls stay unambiguous.
+      if (names.has(tool.name)) {
+        this.#log.warn({ tool: parsed.data.name }, `MCP tool skipped: another tool of the server is already named ${tool.name}`)
+        continue
+      }
+      names.add(tool.name)
+      tools.push(tool)
     }
     this.#setTools(tools)
+  }
+
+  /**
+   * Every page of tools/list. The SDK refuses a whole listing when one tool in it is malformed (a
+   * schema that is not an object, an output schema Ajv cannot compile), which would keep every
+   * tool of the server down; such a listing is taken again unchecked, and each tool is checked
+   * on its own by #refreshTools.
+   */
+  async #listTools(client: Client): Promise<unknown[]> {
+    const options = { timeout: this.#options.connectTimeoutMs }
+    try {
+      return await listPages((params) => client.listTools(params, options))
+    } catch (err) {
+      if (err instanceof McpError) throw err
+      this.#log.warn({ err }, 'MCP tools/list has malformed tools; they are skipped')
+      return await listPages(async (params) => {
+        const page = await client.request({ method: 'tools/list', params }, ResultSchema, options)
+        if (!Array.isArray(page['tools'])) throw new Error('tools/list answered without a tools array')
+        return { tools: page['tools'] as unknown[], nextCursor: typeof page['nextCursor'] === 'string' ? page['nextCursor'] : undefined }
+      })
+    }
   }
 
   #setTools(tools: Tool[]): void {
