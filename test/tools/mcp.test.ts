@@ -307,6 +307,17 @@ t.test('a malformed tool is skipped, an output schema that cannot compile is not
   t.same(toolResults[1], { name: 'bad_output', arguments: {} })
 })
 
+t.test('two tools whose schemas share an $id are each checked against their own schema', async (t) => {
+  const needs = (field: string) => ({ $id: 'https://example.com/arguments.json', type: 'object', allOf: [{ required: [field] }] })
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'needs_a', inputSchema: needs('a') }, { name: 'needs_b', inputSchema: needs('b') }]) })
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__*'] }, [
+    { name: 'raw__needs_b', arguments: { b: 1 } },
+    { name: 'raw__needs_a', arguments: { b: 1 } }
+  ])
+  t.same(toolResults[0], { name: 'needs_b', arguments: { b: 1 } }, 'valid arguments reach the server')
+  t.match(toolResults[1], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /'a'/ })
+})
+
 t.test('a server that fails to start or hangs at start does not stop agentd; it shows as down and is retried', async (t) => {
   const ctx = await appWithMcp(t, {
     broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },

@@ -1,6 +1,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
 import { McpError, ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { version } from '../../version.ts'
@@ -254,6 +255,8 @@ export class McpConnection {
     if (this.#client !== client) return
     const tools: Tool[] = []
     const names = new Set<string>()
+    let ajv: AjvJsonSchemaValidator | undefined
+    const validator = () => (ajv ??= new AjvJsonSchemaValidator())
     for (const raw of listed) {
       const parsed = ToolSchema.safeParse(raw)
       if (!parsed.success) {
@@ -262,7 +265,7 @@ export class McpConnection {
         this.#log.warn({ tool: typeof name === 'string' ? name.slice(0, 200) : null, problem: issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid' }, 'MCP tool skipped: its definition is not a valid MCP tool')
         continue
       }
-      const tool = this.#adapt(parsed.data)
+      const tool = this.#adapt(parsed.data, validator)
       if (!tool) continue
       // Two tools whose names differ only in characters replaced by "_" (or a name listed twice):
       // the first keeps the name, so that <server>__* and the calls stay unambiguous.
@@ -303,7 +306,7 @@ export class McpConnection {
   }
 
   /** An MCP tool as an agentd tool; null (with a warning) when its name or schema cannot be offered to a model. */
-  #adapt(info: McpToolInfo): Tool | null {
+  #adapt(info: McpToolInfo, validator: () => AjvJsonSchemaValidator): Tool | null {
     const server = this.config.name
     const name = `${server}__${info.name.replace(/[^A-Za-z0-9_-]/g, '_')}`
     if (!TOOL_NAME.test(name)) {
@@ -312,7 +315,7 @@ export class McpConnection {
     }
     let schema: McpToolSchema
     try {
-      schema = mcpToolSchema(name, info.inputSchema as Record<string, unknown>)
+      schema = mcpToolSchema(name, info.inputSchema as Record<string, unknown>, validator)
     } catch (err) {
       this.#log.warn({ tool: info.name, err }, 'MCP tool skipped: its inputSchema cannot be used')
       return null

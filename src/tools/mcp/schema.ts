@@ -14,9 +14,10 @@ export interface McpToolSchema {
  * An MCP tool's inputSchema as tool parameters. Most servers send schemas that agentd's own
  * translation checks field by field in the runtime (with a recommendation per field); a schema it
  * cannot translate ($ref, allOf, …) passes the runtime's check and is checked whole by Ajv, the
- * validator the MCP SDK uses, whose message names what is wrong.
+ * validator the MCP SDK uses, whose message names what is wrong. `ajv` gives the validator of
+ * one listing: the compiled schemas it keeps go with that listing's tools.
  */
-export function mcpToolSchema(toolName: string, inputSchema: Record<string, unknown>): McpToolSchema {
+export function mcpToolSchema(toolName: string, inputSchema: Record<string, unknown>, ajv: () => AjvJsonSchemaValidator): McpToolSchema {
   try {
     return { parameters: parametersFromJsonSchema(inputSchema) }
   } catch (err) {
@@ -24,8 +25,11 @@ export function mcpToolSchema(toolName: string, inputSchema: Record<string, unkn
   }
   const parameters = Type.Unsafe({ ...structuredClone(inputSchema), [Kind]: CheckedByToolKind })
   let validate: ReturnType<AjvJsonSchemaValidator['getValidator']>
+  // Ajv keeps a schema with an $id under that id and hands it back for any later schema with the
+  // same one (another tool, the same tool changed): without it, each tool is checked by its own.
+  const { $id: _id, ...own } = inputSchema
   try {
-    validate = ajv.getValidator(inputSchema)
+    validate = ajv().getValidator(own)
   } catch {
     // A schema even Ajv cannot compile: the server checks the arguments itself (its InvalidParams answer is `validation`).
     return { parameters }
@@ -45,7 +49,6 @@ export function mcpToolSchema(toolName: string, inputSchema: Record<string, unkn
 }
 
 const CheckedByToolKind = 'AgentdCheckedByTool'
-const ajv = new AjvJsonSchemaValidator()
 
 // The runtime's check passes these through; the tool's own Ajv check (above) runs in execute.
 TypeRegistry.Set(CheckedByToolKind, () => true)
