@@ -322,6 +322,7 @@ t.test('a server that fails to start or hangs at start does not stop agentd; it 
   const ctx = await appWithMcp(t, {
     broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },
     missing: { command: '/nonexistent/mcp-server' },
+    elsewhere: { command: process.execPath, args: ['-e', ''], cwd: '/nonexistent/folder' },
     silent: { command: process.execPath, args: ['-e', 'setInterval(() => {}, 1000)'] },
     nowhere: { url: 'http://127.0.0.1:1/mcp' }
   }, { mcp: { connectTimeoutMs: 5000, backoffBaseMs: 100, backoffCapMs: 400 } })
@@ -330,12 +331,13 @@ t.test('a server that fails to start or hangs at start does not stop agentd; it 
   t.match(servers, [
     { name: 'broken', state: /down|starting/, lastError: /exited with code 3 \(stderr: no API token given\)/ },
     { name: 'missing', state: /down|starting/, lastError: /ENOENT/ },
+    { name: 'elsewhere', state: /down|starting/, lastError: 'its cwd /nonexistent/folder does not exist' },
     { name: 'silent', state: /down|starting/, lastError: /timed out/i },
     { name: 'nowhere', transport: 'http', state: /down|starting/, lastError: /fetch failed|ECONNREFUSED/ }
   ])
   const ready = await ctx.app.inject({ method: 'GET', url: '/readyz' })
   t.equal(ready.statusCode, 200)
-  t.equal(ready.json().mcp.length, 4)
+  t.equal(ready.json().mcp.length, 5)
   await until(t, 'each is retried', async () => (await tools(ctx)).servers.every((s) => s.restarts >= 1), 30_000)
   t.equal((await ctx.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
   const closing = Date.now()

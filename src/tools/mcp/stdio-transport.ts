@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
@@ -57,8 +58,10 @@ export class ProcessGroupStdioTransport implements Transport {
         windowsHide: true
       })
       this.#child = child
-      child.once('error', (err) => {
-        reject(err)
+      child.once('error', (err: NodeJS.ErrnoException) => {
+        // spawn() reports a missing cwd as its command not found (spawn node ENOENT).
+        const cwd = this.#config.cwd
+        reject(err.code === 'ENOENT' && cwd !== undefined && !existsSync(cwd) ? new Error(`its cwd ${cwd} does not exist`, { cause: err }) : err)
         this.onerror?.(err)
         this.#finish()
       })
