@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
+import { deserializeMessage, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
 import type { McpStdioServerConfig } from './config.ts'
@@ -36,7 +36,9 @@ export class ProcessGroupStdioTransport implements Transport {
 
   readonly #config: McpStdioServerConfig
   readonly #options: ProcessGroupStdioOptions
-  readonly #buffer: ReadBuffer
+  /** The start of a line whose newline has not come yet. */
+  #partial: Buffer[] = []
+  #partialBytes = 0
   #child: ChildProcess | undefined
   #stderrTail = ''
   #closed = false
@@ -44,7 +46,6 @@ export class ProcessGroupStdioTransport implements Transport {
   constructor(config: McpStdioServerConfig, options: ProcessGroupStdioOptions) {
     this.#config = config
     this.#options = options
-    this.#buffer = new ReadBuffer({ maxBufferSize: options.maxMessageBytes })
   }
 
 
@@ -88,25 +89,46 @@ export class ProcessGroupStdioTransport implements Transport {
     })
   }
 
+  /**
+   * Splits stdout into JSON-RPC lines. The start of an unfinished line is kept as a list of
+   * chunks and joined once, when its newline arrives: the SDK's ReadBuffer joins and searches
+   * the whole buffer again on every 64 KiB chunk, seconds of the main thread for one 16 MiB line.
+   */
   #read(chunk: Buffer): void {
+    let start = 0
+    for (let end = chunk.indexOf(NEWLINE); end !== -1 && !this.#closed; end = chunk.indexOf(NEWLINE, start)) {
+      const tail = chunk.subarray(start, end)
+      const line = this.#partial.length === 0 ? tail : Buffer.concat([...this.#partial, tail])
+      this.#partial = []
+      this.#partialBytes = 0
+      start = end + 1
+      if (line.length > this.#options.maxMessageBytes) return this.#tooLarge()
+      this.#deliver(line)
+    }
+    if (start === chunk.length || this.#closed) return
+    this.#partialBytes += chunk.length - start
+    if (this.#partialBytes > this.#options.maxMessageBytes) return this.#tooLarge()
+    this.#partial.push(chunk.subarray(start))
+  }
+
+  #deliver(line: Buffer): void {
+    let message: JSONRPCMessage
     try {
-      this.#buffer.append(chunk)
-    } catch {
-      this.closeReason ??= 'message_too_large'
-      this.onerror?.(new Error(`the server sent a message over ${this.#options.maxMessageBytes} bytes; it was stopped`))
-      void this.close()
+      message = deserializeMessage(line.toString('utf8').replace(/\r$/, ''))
+    } catch (err) {
+      // A line that is not JSON-RPC (a stray print) is reported and skipped, as the SDK does.
+      this.onerror?.(err as Error)
       return
     }
-    for (;;) {
-      try {
-        const message = this.#buffer.readMessage()
-        if (message === null) break
-        this.onmessage?.(message)
-      } catch (err) {
-        // A line that is not JSON-RPC (a stray print) is reported and skipped, as the SDK does.
-        this.onerror?.(err as Error)
-      }
-    }
+    this.onmessage?.(message)
+  }
+
+  #tooLarge(): void {
+    this.#partial = []
+    this.#partialBytes = 0
+    this.closeReason ??= 'message_too_large'
+    this.onerror?.(new Error(`the server sent a message over ${this.#options.maxMessageBytes} bytes; it was stopped`))
+    void this.close()
   }
 
   #readStderr(chunk: Buffer): void {
@@ -146,10 +168,12 @@ export class ProcessGroupStdioTransport implements Transport {
   #finish(): void {
     if (this.#closed) return
     this.#closed = true
-    this.#buffer.clear()
+    this.#partial = []
     this.onclose?.()
   }
 }
+
+const NEWLINE = 0x0a
 
 function signalGroup(pid: number, signal: NodeJS.Signals): void {
   try {
