@@ -236,6 +236,17 @@ t.test('a server that floods: a large result is cut with a note, an endless line
   await until(t, 'the server is back after being stopped', async () => (await tools(ctx)).servers[0]?.state === 'up')
 })
 
+t.test('a flood of progress notifications becomes a bounded number of tool:progress events', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const { toolResults, events, run } = await runCalls(ctx, { tools: ['misbehaving__flood_progress'] }, [{ name: 'misbehaving__flood_progress', arguments: { count: 2000 } }])
+  t.equal(run.status, 'completed')
+  t.equal(toolResults[0], 'sent 2000')
+  const progress = events.filter((e) => e.type === 'tool:progress')
+  t.match(progress[0]?.data, { progress: 1, total: 2000 }, 'the first ones are reported')
+  t.ok(progress.length >= 10 && progress.length <= 40, `a burst of them, not all 2000 (${progress.length})`)
+})
+
 t.test('the tool list follows notifications/tools/list_changed', async (t) => {
   const { entry } = fixture(t)
   const ctx = await appWithMcp(t, { misbehaving: entry })

@@ -55,6 +55,26 @@ async function listPages(page: (params: { cursor?: string }) => Promise<{ tools:
   return listed
 }
 
+/**
+ * Whether a call's next progress notification becomes a tool:progress event: bursts of
+ * PROGRESS_BURST, then PROGRESS_PER_SECOND. Each event is stored in the session's log and sent
+ * to every stream, so a server that floods notifications must not flood those.
+ */
+function progressGate(): () => boolean {
+  let tokens = PROGRESS_BURST
+  let last = performance.now()
+  return () => {
+    const now = performance.now()
+    tokens = Math.min(PROGRESS_BURST, tokens + ((now - last) * PROGRESS_PER_SECOND) / 1000)
+    last = now
+    if (tokens < 1) return false
+    tokens--
+    return true
+  }
+}
+const PROGRESS_BURST = 10
+const PROGRESS_PER_SECOND = 10
+
 /** Tool names the model may call: OpenAI's function-name rule. */
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/
 
@@ -332,11 +352,14 @@ export class McpConnection {
         if (!client || this.#state !== 'up') {
           throw serverUnavailable(server, name, this.#state, this.#lastError, this.#nextAttemptAt === null ? null : this.#nextAttemptAt - Date.now())
         }
+        const reportProgress = progressGate()
         try {
           const result = await client.callTool({ name: info.name, arguments: input as Record<string, unknown> }, undefined, {
             signal: ctx.signal,
             timeout: NO_SDK_TIMEOUT,
-            onprogress: (progress) => ctx.emit('progress', { ...progress })
+            onprogress: (progress) => {
+              if (reportProgress()) ctx.emit('progress', { ...progress, ...(progress.message === undefined ? {} : { message: progress.message.slice(0, 1000) }) })
+            }
           })
           const text = resultText(result)
           return result.isError === true ? toolReportedError(name, text) : text
