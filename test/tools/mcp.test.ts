@@ -1,4 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import type { McpServersOptions } from '../../src/tools/mcp/servers.ts'
@@ -330,7 +332,12 @@ t.test('two tools whose schemas share an $id are each checked against their own 
 })
 
 t.test('a server that fails to start or hangs at start does not stop agentd; it shows as down and is retried', async (t) => {
+  // A Streamable HTTP server that refuses agentd's credentials without a word.
+  const locked = createServer((_req, res) => res.writeHead(401).end())
+  await new Promise<void>((resolve) => locked.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => locked.close())
   const ctx = await appWithMcp(t, {
+    locked: { url: `http://127.0.0.1:${(locked.address() as AddressInfo).port}/mcp` },
     broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },
     missing: { command: '/nonexistent/mcp-server' },
     elsewhere: { command: process.execPath, args: ['-e', ''], cwd: '/nonexistent/folder' },
@@ -340,6 +347,7 @@ t.test('a server that fails to start or hangs at start does not stop agentd; it 
   const { servers } = await tools(ctx)
   // A retry may be under way already (state starting); lastError stays until one succeeds.
   t.match(servers, [
+    { name: 'locked', transport: 'http', state: /down|starting/, lastError: /^HTTP 401: / },
     { name: 'broken', state: /down|starting/, lastError: /exited with code 3 \(stderr: no API token given\)/ },
     { name: 'missing', state: /down|starting/, lastError: /ENOENT/ },
     { name: 'elsewhere', state: /down|starting/, lastError: 'its cwd /nonexistent/folder does not exist' },
@@ -348,7 +356,7 @@ t.test('a server that fails to start or hangs at start does not stop agentd; it 
   ])
   const ready = await ctx.app.inject({ method: 'GET', url: '/readyz' })
   t.equal(ready.statusCode, 200)
-  t.equal(ready.json().mcp.length, 5)
+  t.equal(ready.json().mcp.length, 6)
   await until(t, 'each is retried', async () => (await tools(ctx)).servers.every((s) => s.restarts >= 1), 30_000)
   t.equal((await ctx.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
   const closing = Date.now()

@@ -1,5 +1,5 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
 import { McpError, ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
@@ -181,7 +181,9 @@ export class McpConnection {
       this.#log.info({ tools: this.#tools.length }, 'MCP server up')
     } catch (err) {
       // Described before close(): how the process ended by itself, not the kill that follows.
-      const why = `${this.#describe(transport)}${(err as Error).message ?? String(err)}`
+      // The SDK's message for an HTTP error is the answer's body, which may be empty; the status says more.
+      const status = err instanceof StreamableHTTPError && typeof err.code === 'number' && err.code > 0 ? `HTTP ${err.code}: ` : ''
+      const why = `${this.#describe(transport)}${status}${(err as Error).message ?? String(err)}`
       this.#client = undefined
       await client.close().catch(() => undefined)
       if (this.#stopped()) return
