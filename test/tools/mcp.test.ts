@@ -52,7 +52,7 @@ function parsed(content: string): unknown {
 async function tools(ctx: TestApp) {
   return (await ctx.app.inject({ method: 'GET', url: '/v1/tools' })).json() as {
     data: Array<{ name: string; server?: string; parameters: Record<string, unknown> }>
-    servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number }>
+    servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number; nextAttemptAt: string | null }>
   }
 }
 
@@ -283,9 +283,23 @@ t.test('a stdio server that dies by itself takes what it started with it, before
 })
 
 /** The raw fixture server over stdio, listing these tools exactly as given. */
-function rawServer(tools: unknown[]) {
-  return { command: process.execPath, args: [new URL('../fixtures/mcp/raw-server.ts', import.meta.url).pathname], env: { MCP_RAW_TOOLS: JSON.stringify(tools) } }
+function rawServer(tools: unknown[], env: Record<string, string> = {}) {
+  return { command: process.execPath, args: [new URL('../fixtures/mcp/raw-server.ts', import.meta.url).pathname], env: { MCP_RAW_TOOLS: JSON.stringify(tools), ...env } }
 }
+
+t.test('a server that crashes each time soon after it is up is restarted with a growing delay', async (t) => {
+  // Each attempt succeeds (initialize, tools/list), then the process exits: a crash loop.
+  const ctx = await appWithMcp(t, { crashy: rawServer([], { MCP_RAW_EXIT_AFTER_LIST: '1' }) }, { mcp: { backoffBaseMs: 400, backoffCapMs: 10_000 } })
+  let delay = 0
+  await until(t, 'it went down a third time', async () => {
+    const [server] = (await tools(ctx)).servers
+    if (server?.state !== 'down' || server.restarts < 2 || !server.nextAttemptAt) return false
+    delay = Date.parse(server.nextAttemptAt) - Date.now()
+    return true
+  })
+  // Delays are half fixed, half random: 200-400 ms after the first crash, 800-1600 ms after the third.
+  t.ok(delay > 500, `the next attempt is ${delay} ms away`)
+})
 
 t.test('tools whose names collide keep one name each: <server>__* stays selectable and a call reaches the first', async (t) => {
   const empty = { type: 'object', properties: {} }

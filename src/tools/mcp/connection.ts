@@ -94,6 +94,8 @@ export class McpConnection {
   #lastError: string | null = null
   #lastStderr: string | null = null
   #failures = 0
+  /** When the connection of now came up; null while there is none. */
+  #upSince: number | null = null
   #restarts = 0
   #retryTimer: NodeJS.Timeout | undefined
   #nextAttemptAt: number | null = null
@@ -176,7 +178,7 @@ export class McpConnection {
       this.#transport = transport
       await this.#refreshTools(client)
       this.#state = 'up'
-      this.#failures = 0
+      this.#upSince = Date.now()
       this.#lastError = null
       this.#log.info({ tools: this.#tools.length }, 'MCP server up')
     } catch (err) {
@@ -256,6 +258,10 @@ export class McpConnection {
   }
 
   #down(reason: string): void {
+    // The delay starts over only after the server stayed up as long as the longest delay: one
+    // that crashes soon after each start is a crash loop, not a new failure.
+    if (this.#upSince !== null && Date.now() - this.#upSince >= this.#options.backoffCapMs) this.#failures = 0
+    this.#upSince = null
     this.#state = 'down'
     this.#lastError = reason.slice(0, 1000)
     this.#failures++
