@@ -334,6 +334,25 @@ t.test('a malformed tool is skipped, an output schema that cannot compile is not
   t.same(toolResults[1], { name: 'bad_output', arguments: {} })
 })
 
+t.test("a server's regular expressions are left to the server: a catastrophic one does not stall agentd", async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([{
+    name: 'lookup',
+    inputSchema: { type: 'object', properties: { id: { type: 'string', pattern: '^(a+)+$' }, n: { type: 'number' } }, required: ['id'] }
+  }]) })
+  const listed = (await tools(ctx)).data.find((tool) => tool.name === 'raw__lookup')
+  t.match(listed?.parameters, { properties: { id: { pattern: '^(a+)+$' } } }, 'the model still sees the pattern')
+  // Matching this against ^(a+)+$ backtracks 2^27 times: about 15 s of the main thread.
+  const evil = `${'a'.repeat(27)}!`
+  const started = Date.now()
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__lookup'] }, [
+    { name: 'raw__lookup', arguments: { id: evil } },
+    { name: 'raw__lookup', arguments: { n: 'one' } }
+  ])
+  t.ok(Date.now() - started < 5000, `answered in ${Date.now() - started} ms`)
+  t.same(toolResults[0], { name: 'lookup', arguments: { id: evil } }, 'the server gets the arguments and judges them')
+  t.match(toolResults[1], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /'id'|\/n/ }, 'the rest of the schema is still checked')
+})
+
 t.test('two tools whose schemas share an $id are each checked against their own schema', async (t) => {
   const needs = (field: string) => ({ $id: 'https://example.com/arguments.json', type: 'object', allOf: [{ required: [field] }] })
   const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'needs_a', inputSchema: needs('a') }, { name: 'needs_b', inputSchema: needs('b') }]) })
