@@ -353,6 +353,13 @@ t.test("a server's regular expressions are left to the server: a catastrophic on
   t.match(toolResults[1], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /'id'|\/n/ }, 'the rest of the schema is still checked')
 })
 
+t.test('a tools/list that pages forever ends as a failed attempt, not a start-up that never ends', async (t) => {
+  const started = Date.now()
+  const ctx = await appWithMcp(t, { endless: rawServer([], { MCP_RAW_CURSOR: 'again' }) }, { mcp: { backoffBaseMs: 60_000, backoffCapMs: 60_000 } })
+  t.ok(Date.now() - started < 20_000, `the app was built in ${Date.now() - started} ms`)
+  t.match((await tools(ctx)).servers, [{ name: 'endless', state: 'down', lastError: /tools\/list/ }])
+})
+
 t.test('two tools whose schemas share an $id are each checked against their own schema', async (t) => {
   const needs = (field: string) => ({ $id: 'https://example.com/arguments.json', type: 'object', allOf: [{ required: [field] }] })
   const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'needs_a', inputSchema: needs('a') }, { name: 'needs_b', inputSchema: needs('b') }]) })

@@ -43,17 +43,23 @@ export interface McpConnectionOptions {
 
 /** The request timeout the SDK applies is turned off: the tools runtime owns the deadline and aborts the signal. */
 const NO_SDK_TIMEOUT = 2 ** 31 - 1
-/** Every page of a paginated tools/list, up to 10 000 tools. */
+/**
+ * Every page of a paginated tools/list, up to 10 000 tools. A server whose pages never end (a
+ * nextCursor on every page, tools or not) fails the attempt: agentd's start waits for it.
+ */
 async function listPages(page: (params: { cursor?: string }) => Promise<{ tools: unknown[]; nextCursor?: string | undefined }>): Promise<unknown[]> {
   const listed: unknown[] = []
   let cursor: string | undefined
-  do {
+  for (let pages = 0; ; pages++) {
+    if (pages === MAX_TOOL_PAGES) throw new EndlessListError(`tools/list still had a next page after ${MAX_TOOL_PAGES} pages`)
     const answer = await page(cursor === undefined ? {} : { cursor })
     listed.push(...answer.tools)
     cursor = answer.nextCursor
-  } while (cursor !== undefined && listed.length < 10_000)
-  return listed
+    if (cursor === undefined || listed.length >= 10_000) return listed
+  }
 }
+const MAX_TOOL_PAGES = 100
+class EndlessListError extends Error {}
 
 /**
  * Whether a call's next progress notification becomes a tool:progress event: bursts of
@@ -318,7 +324,7 @@ export class McpConnection {
     try {
       return await listPages((params) => client.listTools(params, options))
     } catch (err) {
-      if (err instanceof McpError) throw err
+      if (err instanceof McpError || err instanceof EndlessListError) throw err
       this.#log.warn({ err }, 'MCP tools/list has malformed tools; they are skipped')
       return await listPages(async (params) => {
         const page = await client.request({ method: 'tools/list', params }, ResultSchema, options)
