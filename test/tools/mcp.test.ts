@@ -360,6 +360,16 @@ t.test('a tools/list that pages forever ends as a failed attempt, not a start-up
   t.match((await tools(ctx)).servers, [{ name: 'endless', state: 'down', lastError: /tools\/list/ }])
 })
 
+t.test('a storm of list_changed notifications is followed by a few listings, not one each', async (t) => {
+  const empty = { type: 'object', properties: {} }
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'storm', inputSchema: empty }, { name: 'lists', inputSchema: empty }]) })
+  await runCalls(ctx, { tools: ['raw__storm'] }, [{ name: 'raw__storm', arguments: {} }])
+  // Calls are answered in order, after every listing asked for before them.
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__lists'] }, [{ name: 'raw__lists', arguments: {} }])
+  const lists = Number(toolResults[0])
+  t.ok(lists >= 2 && lists <= 4, `tools/list answered ${lists} times (the first listing, then one or two for the storm)`)
+})
+
 t.test('two tools whose schemas share an $id are each checked against their own schema', async (t) => {
   const needs = (field: string) => ({ $id: 'https://example.com/arguments.json', type: 'object', allOf: [{ required: [field] }] })
   const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'needs_a', inputSchema: needs('a') }, { name: 'needs_b', inputSchema: needs('b') }]) })

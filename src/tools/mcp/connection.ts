@@ -109,6 +109,9 @@ export class McpConnection {
   /** The client of the attempt under way, so stop() need not wait for a server that never answers. */
   #connecting: Client | undefined
   #probing = false
+  /** The client whose tools/list after list_changed is under way; another notification came since it started. */
+  #relisting: Client | undefined
+  #relistAgain = false
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     this.config = config
@@ -171,7 +174,7 @@ export class McpConnection {
     }
     client.onclose = () => this.#closed(client)
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
-      if (this.#client === client) void this.#refreshTools(client).catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed'))
+      if (this.#client === client) this.#listChanged(client)
     })
     this.#connecting = client
     try {
@@ -282,6 +285,28 @@ export class McpConnection {
       this.#attempt ??= this.#connect()
     }, delay)
     this.#retryTimer.unref()
+  }
+
+  /**
+   * One listing at a time, and one more after it for every notification that came meanwhile: a
+   * burst of list_changed is a few tools/list, not one each, and a slow listing never lands
+   * after a newer one.
+   */
+  #listChanged(client: Client): void {
+    if (this.#relisting === client) {
+      this.#relistAgain = true
+      return
+    }
+    this.#relisting = client
+    this.#relistAgain = false
+    void (async () => {
+      do {
+        this.#relistAgain = false
+        await this.#refreshTools(client)
+      } while (this.#relistAgain && this.#client === client)
+    })().catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed')).finally(() => {
+      if (this.#relisting === client) this.#relisting = undefined
+    })
   }
 
   async #refreshTools(client: Client): Promise<void> {
