@@ -164,6 +164,12 @@ t.test('isError results are logical with the server text; content blocks become 
   ].join('\n'))
 })
 
+t.test('content blocks of a type agentd does not know are described; the rest of the result is kept', async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'future', inputSchema: { type: 'object' } }]) })
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__future'] }, [{ name: 'raw__future', arguments: {} }])
+  t.equal(toolResults[0], '[video content; not shown]\n[a content block that is not an object; not shown]\ncaption')
+})
+
 t.test('a hanging call times out as aborted and the server gets notifications/cancelled', async (t) => {
   const { entry, log } = fixture(t)
   const ctx = await appWithMcp(t, { misbehaving: entry })

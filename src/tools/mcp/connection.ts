@@ -2,7 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
-import { McpError, ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
+import { ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { version } from '../../version.ts'
 import type { Tool } from '../types.ts'
@@ -51,7 +51,7 @@ async function listPages(page: (params: { cursor?: string }) => Promise<{ tools:
   const listed: unknown[] = []
   let cursor: string | undefined
   for (let pages = 0; ; pages++) {
-    if (pages === MAX_TOOL_PAGES) throw new EndlessListError(`tools/list still had a next page after ${MAX_TOOL_PAGES} pages`)
+    if (pages === MAX_TOOL_PAGES) throw new Error(`tools/list still had a next page after ${MAX_TOOL_PAGES} pages`)
     const answer = await page(cursor === undefined ? {} : { cursor })
     listed.push(...answer.tools)
     cursor = answer.nextCursor
@@ -59,7 +59,6 @@ async function listPages(page: (params: { cursor?: string }) => Promise<{ tools:
   }
 }
 const MAX_TOOL_PAGES = 100
-class EndlessListError extends Error {}
 
 /**
  * Whether a call's next progress notification becomes a tool:progress event: bursts of
@@ -339,24 +338,17 @@ export class McpConnection {
   }
 
   /**
-   * Every page of tools/list. The SDK refuses a whole listing when one tool in it is malformed (a
-   * schema that is not an object, an output schema Ajv cannot compile), which would keep every
-   * tool of the server down; such a listing is taken again unchecked, and each tool is checked
-   * on its own by #refreshTools.
+   * Every page of tools/list, each tool as the server wrote it. Not listTools(): the SDK refuses
+   * a whole listing when one tool in it is malformed (a schema that is not an object, an output
+   * schema Ajv cannot compile), which would keep every tool of the server down; #refreshTools
+   * checks each tool on its own.
    */
   async #listTools(client: Client): Promise<unknown[]> {
-    const options = { timeout: this.#options.connectTimeoutMs }
-    try {
-      return await listPages((params) => client.listTools(params, options))
-    } catch (err) {
-      if (err instanceof McpError || err instanceof EndlessListError) throw err
-      this.#log.warn({ err }, 'MCP tools/list has malformed tools; they are skipped')
-      return await listPages(async (params) => {
-        const page = await client.request({ method: 'tools/list', params }, ResultSchema, options)
-        if (!Array.isArray(page['tools'])) throw new Error('tools/list answered without a tools array')
-        return { tools: page['tools'] as unknown[], nextCursor: typeof page['nextCursor'] === 'string' ? page['nextCursor'] : undefined }
-      })
-    }
+    return await listPages(async (params) => {
+      const page = await client.request({ method: 'tools/list', params }, ResultSchema, { timeout: this.#options.connectTimeoutMs })
+      if (!Array.isArray(page['tools'])) throw new Error('tools/list answered without a tools array')
+      return { tools: page['tools'] as unknown[], nextCursor: typeof page['nextCursor'] === 'string' ? page['nextCursor'] : undefined }
+    })
   }
 
   #setTools(tools: Tool[]): void {
@@ -393,7 +385,11 @@ export class McpConnection {
         }
         const reportProgress = progressGate()
         try {
-          const result = await client.callTool({ name: info.name, arguments: input as Record<string, unknown> }, undefined, {
+          // A plain request with a loose result schema, not callTool(): its strict schema refuses a
+          // whole result for one content block of a type it does not know (a newer protocol's),
+          // which content.ts describes instead. Its check of structuredContent against an
+          // outputSchema is given up with it: the model gets the content blocks.
+          const result = await client.request({ method: 'tools/call', params: { name: info.name, arguments: input as Record<string, unknown> } }, ResultSchema, {
             signal: ctx.signal,
             timeout: NO_SDK_TIMEOUT,
             onprogress: (progress) => {
