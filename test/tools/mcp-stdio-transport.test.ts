@@ -49,3 +49,18 @@ t.test('a line that is not JSON-RPC is reported and skipped; the next one is del
   t.same(await received, { jsonrpc: '2.0', method: 'notifications/initialized' })
   t.equal(errors.length, 1, 'the stray line is reported')
 })
+
+t.test('a malformed answer to a request is delivered as an error answer to it, so the call ends at once', async (t) => {
+  const answer = JSON.stringify({ jsonrpc: '2.0', id: 7, error: { code: 'bad', message: 42 } })
+  const script = `process.stdout.write(${JSON.stringify(`${answer}\n`)}); setInterval(() => {}, 1000)`
+  const transport = new ProcessGroupStdioTransport({ name: 'sloppy', transport: 'stdio', command: process.execPath, args: ['-e', script], env: {}, cwd: undefined }, { maxMessageBytes: 1000, killGraceMs: 500, onStderr: () => undefined })
+  t.teardown(() => transport.close())
+  transport.onerror = () => undefined
+  const received = new Promise<JSONRPCMessage>((resolve) => {
+    transport.onmessage = resolve
+  })
+  await transport.start()
+  // Without it, the request would wait for its timeout: a safety net, far above the few ms it takes.
+  const never = new Promise<string>((resolve) => setTimeout(() => resolve('nothing delivered'), 10_000).unref())
+  t.match(await Promise.race([received, never]), { jsonrpc: '2.0', id: 7, error: { code: -32603, message: /not valid JSON-RPC/ } })
+})

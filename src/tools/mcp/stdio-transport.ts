@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs'
 import { getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { deserializeMessage, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
-import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
+import { ErrorCode, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
 import type { McpStdioServerConfig } from './config.ts'
 
 export interface ProcessGroupStdioOptions {
@@ -112,12 +112,18 @@ export class ProcessGroupStdioTransport implements Transport {
   }
 
   #deliver(line: Buffer): void {
+    const text = line.toString('utf8').replace(/\r$/, '')
     let message: JSONRPCMessage
     try {
-      message = deserializeMessage(line.toString('utf8').replace(/\r$/, ''))
+      message = deserializeMessage(text)
     } catch (err) {
-      // A line that is not JSON-RPC (a stray print) is reported and skipped, as the SDK does.
+      // A line that is not JSON-RPC (a stray print) is reported and skipped, as the SDK does;
+      // but a malformed answer to a request ends that request now, not at its timeout.
       this.onerror?.(err as Error)
+      const id = malformedAnswerId(text)
+      if (id !== undefined) {
+        this.onmessage?.({ jsonrpc: '2.0', id, error: { code: ErrorCode.InternalError, message: 'the server sent an answer that is not valid JSON-RPC' } })
+      }
       return
     }
     this.onmessage?.(message)
@@ -174,6 +180,19 @@ export class ProcessGroupStdioTransport implements Transport {
 }
 
 const NEWLINE = 0x0a
+
+/** The id of a line that is meant as a JSON-RPC answer (an id, a result or an error, no method) but is not a valid one. */
+function malformedAnswerId(text: string): string | number | undefined {
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  if (typeof value !== 'object' || value === null || 'method' in value || !('result' in value || 'error' in value)) return undefined
+  const id = (value as { id?: unknown }).id
+  return typeof id === 'string' || typeof id === 'number' ? id : undefined
+}
 
 function signalGroup(pid: number, signal: NodeJS.Signals): void {
   try {
