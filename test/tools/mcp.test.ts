@@ -366,6 +366,24 @@ t.test('a tools/list that pages forever ends as a failed attempt, not a start-up
   t.match((await tools(ctx)).servers, [{ name: 'endless', state: 'down', lastError: /tools\/list/ }])
 })
 
+t.test('a tool the server withdrew during a run is refused by agentd as no longer offered', async (t) => {
+  const empty = { type: 'object', properties: {} }
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'withdraw', inputSchema: { type: 'object' } }, { name: 'old', inputSchema: empty }]) })
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['raw__*'] } })).json()
+  ctx.devModel.script(
+    { toolCalls: [{ name: 'raw__withdraw', arguments: { name: 'old' } }] as never },
+    { toolCalls: [{ name: 'raw__old', arguments: {} }] as never },
+    { text: 'done' }
+  )
+  const { run } = (await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })).json()
+  t.equal(run.status, 'completed')
+  const last = ctx.devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
+  const [withdrew, old] = last.messages.filter((m) => m.role === 'tool').map((m) => parsed(m.content)) as [string, Record<string, unknown>]
+  t.equal(withdrew, 'withdrew old')
+  t.match(old, { ok: false, errorType: 'runtime', code: 'CONFIG_ERROR', retryable: false, detail: { reason: 'tool_withdrawn' } })
+  t.match((old['recommendations'] as string[]).join(' '), /do not call raw__old again/i)
+})
+
 t.test('a storm of list_changed notifications is followed by a few listings, not one each', async (t) => {
   const empty = { type: 'object', properties: {} }
   const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'storm', inputSchema: empty }, { name: 'lists', inputSchema: empty }]) })

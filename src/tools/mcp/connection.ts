@@ -8,7 +8,7 @@ import { version } from '../../version.ts'
 import type { Tool } from '../types.ts'
 import type { McpServerConfig } from './config.ts'
 import { resultText } from './content.ts'
-import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError } from './errors.ts'
+import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError, toolWithdrawn } from './errors.ts'
 import { mcpToolSchema, type McpToolSchema } from './schema.ts'
 import { ProcessGroupStdioTransport } from './stdio-transport.ts'
 
@@ -383,6 +383,8 @@ export class McpConnection {
         if (!client || this.#state !== 'up') {
           throw serverUnavailable(server, name, this.#state, this.#lastError, this.#nextAttemptAt === null ? null : this.#nextAttemptAt - Date.now())
         }
+        // A run keeps the tools it started with; the server may have withdrawn one since.
+        if (!this.#tools.some((tool) => tool.name === name)) throw toolWithdrawn(server, name)
         const reportProgress = progressGate()
         try {
           // A plain request with a loose result schema, not callTool(): its strict schema refuses a
