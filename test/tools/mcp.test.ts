@@ -170,6 +170,17 @@ t.test('content blocks of a type agentd does not know are described; the rest of
   t.equal(toolResults[0], '[video content; not shown]\n[a content block that is not an object; not shown]\ncaption')
 })
 
+t.test('an isError result is capped like any result: a huge one does not make a huge event', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const { events } = await runCalls(ctx, { tools: ['misbehaving__fail'] }, [{ name: 'misbehaving__fail', arguments: { why: 'y', times: 2_000_000 } }])
+  const error = events.find((e) => e.type === 'tool:error')
+  const message = String(error?.data.error.message)
+  t.ok(message.length < 101_000, `the message is cut (${message.length} characters)`)
+  t.match(message.slice(-100), /\[output truncated: showing the first \d+ of 2000017 bytes\]$/)
+  t.ok(JSON.stringify(error).length < 500_000, `the tool:error event is ${JSON.stringify(error).length} bytes`)
+})
+
 t.test('a hanging call times out as aborted and the server gets notifications/cancelled', async (t) => {
   const { entry, log } = fixture(t)
   const ctx = await appWithMcp(t, { misbehaving: entry })
