@@ -108,8 +108,10 @@ export function capResult(value: unknown, maxBytes: number): Capped {
   return { ok: true, result: cut.text + truncationNote(Buffer.byteLength(cut.text), cut.bytes), truncated: true }
 }
 
-/** The error with its `detail` replaced by a cut preview when its JSON is larger than `maxBytes`. */
+/** A failure's message and detail come from the tool (an MCP server's isError text, …): capped like a result. */
 export function capDetail(error: ClassifiedError, maxBytes: number): ClassifiedError {
+  const message = truncateUtf8(error.message, maxBytes)
+  if (message.truncated) error = { ...error, message: message.text + truncationNote(Buffer.byteLength(message.text), message.bytes) }
   if (error.detail === undefined) return error
   const capped = capResult(error.detail, maxBytes)
   if (capped.ok && !capped.truncated) return error

@@ -1,4 +1,6 @@
 import { readFileSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
 import type { McpServersOptions } from '../../src/tools/mcp/servers.ts'
@@ -50,7 +52,7 @@ function parsed(content: string): unknown {
 async function tools(ctx: TestApp) {
   return (await ctx.app.inject({ method: 'GET', url: '/v1/tools' })).json() as {
     data: Array<{ name: string; server?: string; parameters: Record<string, unknown> }>
-    servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number }>
+    servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number; nextAttemptAt: string | null }>
   }
 }
 
@@ -61,6 +63,15 @@ async function until(t: TapTest, what: string, check: () => Promise<boolean> | b
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
   t.pass(what)
+}
+
+/** Alive and not a zombie (an orphan killed by agentd waits for init to reap it). */
+function running(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))
+  } catch {
+    return false
+  }
 }
 
 function alive(pid: number): boolean {
@@ -153,6 +164,23 @@ t.test('isError results are logical with the server text; content blocks become 
   ].join('\n'))
 })
 
+t.test('content blocks of a type agentd does not know are described; the rest of the result is kept', async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'future', inputSchema: { type: 'object' } }]) })
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__future'] }, [{ name: 'raw__future', arguments: {} }])
+  t.equal(toolResults[0], '[video content; not shown]\n[a content block that is not an object; not shown]\ncaption')
+})
+
+t.test('an isError result is capped like any result: a huge one does not make a huge event', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const { events } = await runCalls(ctx, { tools: ['misbehaving__fail'] }, [{ name: 'misbehaving__fail', arguments: { why: 'y', times: 2_000_000 } }])
+  const error = events.find((e) => e.type === 'tool:error')
+  const message = String(error?.data.error.message)
+  t.ok(message.length < 101_000, `the message is cut (${message.length} characters)`)
+  t.match(message.slice(-100), /\[output truncated: showing the first \d+ of 2000017 bytes\]$/)
+  t.ok(JSON.stringify(error).length < 500_000, `the tool:error event is ${JSON.stringify(error).length} bytes`)
+})
+
 t.test('a hanging call times out as aborted and the server gets notifications/cancelled', async (t) => {
   const { entry, log } = fixture(t)
   const ctx = await appWithMcp(t, { misbehaving: entry })
@@ -227,6 +255,17 @@ t.test('a server that floods: a large result is cut with a note, an endless line
   await until(t, 'the server is back after being stopped', async () => (await tools(ctx)).servers[0]?.state === 'up')
 })
 
+t.test('a flood of progress notifications becomes a bounded number of tool:progress events', async (t) => {
+  const { entry } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  const { toolResults, events, run } = await runCalls(ctx, { tools: ['misbehaving__flood_progress'] }, [{ name: 'misbehaving__flood_progress', arguments: { count: 2000 } }])
+  t.equal(run.status, 'completed')
+  t.equal(toolResults[0], 'sent 2000')
+  const progress = events.filter((e) => e.type === 'tool:progress')
+  t.match(progress[0]?.data, { progress: 1, total: 2000 }, 'the first ones are reported')
+  t.ok(progress.length >= 10 && progress.length <= 40, `a burst of them, not all 2000 (${progress.length})`)
+})
+
 t.test('the tool list follows notifications/tools/list_changed', async (t) => {
   const { entry } = fixture(t)
   const ctx = await appWithMcp(t, { misbehaving: entry })
@@ -249,24 +288,160 @@ t.test('closing the app stops a stdio server with its whole process group', asyn
   await until(t, 'both are gone', () => !alive(serverPid) && !alive(childPid), 5000)
 })
 
+t.test('a stdio server that dies by itself takes what it started with it, before its restart', async (t) => {
+  const { entry, log } = fixture(t)
+  const ctx = await appWithMcp(t, { misbehaving: entry })
+  await runCalls(ctx, { tools: ['misbehaving__spawn_child'] }, [{ name: 'misbehaving__spawn_child', arguments: {} }])
+  const childPid = Number(/child (\d+)/.exec(readFileSync(log, 'utf8'))?.[1])
+  t.ok(running(childPid), 'the server started a child')
+  await runCalls(ctx, { tools: ['misbehaving__die'] }, [{ name: 'misbehaving__die', arguments: {} }])
+  await until(t, 'the server is back', async () => (await tools(ctx)).servers[0]?.state === 'up')
+  await until(t, 'the child of the dead server is gone', () => !running(childPid), 5000)
+})
+
+/** The raw fixture server over stdio, listing these tools exactly as given. */
+function rawServer(tools: unknown[], env: Record<string, string> = {}) {
+  return { command: process.execPath, args: [new URL('../fixtures/mcp/raw-server.ts', import.meta.url).pathname], env: { MCP_RAW_TOOLS: JSON.stringify(tools), ...env } }
+}
+
+t.test('a server that crashes each time soon after it is up is restarted with a growing delay', async (t) => {
+  // Each attempt succeeds (initialize, tools/list), then the process exits: a crash loop.
+  const ctx = await appWithMcp(t, { crashy: rawServer([], { MCP_RAW_EXIT_AFTER_LIST: '1' }) }, { mcp: { backoffBaseMs: 400, backoffCapMs: 10_000 } })
+  let delay = 0
+  await until(t, 'it went down a third time', async () => {
+    const [server] = (await tools(ctx)).servers
+    if (server?.state !== 'down' || server.restarts < 2 || !server.nextAttemptAt) return false
+    delay = Date.parse(server.nextAttemptAt) - Date.now()
+    return true
+  })
+  // Delays are half fixed, half random: 200-400 ms after the first crash, 800-1600 ms after the third.
+  t.ok(delay > 500, `the next attempt is ${delay} ms away`)
+})
+
+t.test('tools whose names collide keep one name each: <server>__* stays selectable and a call reaches the first', async (t) => {
+  const empty = { type: 'object', properties: {} }
+  const ctx = await appWithMcp(t, { raw: rawServer([
+    { name: 'get.item', inputSchema: empty },
+    { name: 'get_item', inputSchema: empty },
+    { name: 'twice', inputSchema: empty },
+    { name: 'twice', inputSchema: empty }
+  ]) })
+  const listed = (await tools(ctx)).data.filter((tool) => tool.server === 'raw').map((tool) => tool.name)
+  t.same(listed, ['raw__get_item', 'raw__twice'], 'each name is offered once')
+  const { toolResults, run } = await runCalls(ctx, { tools: ['raw__*'] }, [{ name: 'raw__get_item', arguments: {} }])
+  t.equal(run.status, 'completed')
+  t.same(toolResults[0], { name: 'get.item', arguments: {} }, 'the first tool of that name is called')
+})
+
+t.test('a malformed tool is skipped, an output schema that cannot compile is not checked; the server stays up', async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([
+    { name: 'no_schema' },
+    { name: 'string_schema', inputSchema: { type: 'string' } },
+    { name: 'bad_output', inputSchema: { type: 'object' }, outputSchema: { type: 'object', $id: 'urn:bad' } },
+    { name: 'fine', inputSchema: { type: 'object', properties: { n: { type: 'number' } } } }
+  ]) })
+  const listed = await tools(ctx)
+  t.match(listed.servers, [{ name: 'raw', state: 'up', tools: 2, lastError: null }])
+  t.same(listed.data.filter((tool) => tool.server === 'raw').map((tool) => tool.name), ['raw__bad_output', 'raw__fine'])
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__*'] }, [
+    { name: 'raw__fine', arguments: { n: 1 } },
+    { name: 'raw__bad_output', arguments: {} }
+  ])
+  t.same(toolResults[0], { name: 'fine', arguments: { n: 1 } })
+  t.same(toolResults[1], { name: 'bad_output', arguments: {} })
+})
+
+t.test("a server's regular expressions are left to the server: a catastrophic one does not stall agentd", async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([{
+    name: 'lookup',
+    inputSchema: { type: 'object', properties: { id: { type: 'string', pattern: '^(a+)+$' }, n: { type: 'number' } }, required: ['id'] }
+  }]) })
+  const listed = (await tools(ctx)).data.find((tool) => tool.name === 'raw__lookup')
+  t.match(listed?.parameters, { properties: { id: { pattern: '^(a+)+$' } } }, 'the model still sees the pattern')
+  // Matching this against ^(a+)+$ backtracks 2^27 times: about 15 s of the main thread.
+  const evil = `${'a'.repeat(27)}!`
+  const started = Date.now()
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__lookup'] }, [
+    { name: 'raw__lookup', arguments: { id: evil } },
+    { name: 'raw__lookup', arguments: { n: 'one' } }
+  ])
+  t.ok(Date.now() - started < 5000, `answered in ${Date.now() - started} ms`)
+  t.same(toolResults[0], { name: 'lookup', arguments: { id: evil } }, 'the server gets the arguments and judges them')
+  t.match(toolResults[1], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /'id'|\/n/ }, 'the rest of the schema is still checked')
+})
+
+t.test('a tools/list that pages forever ends as a failed attempt, not a start-up that never ends', async (t) => {
+  const started = Date.now()
+  const ctx = await appWithMcp(t, { endless: rawServer([], { MCP_RAW_CURSOR: 'again' }) }, { mcp: { backoffBaseMs: 60_000, backoffCapMs: 60_000 } })
+  t.ok(Date.now() - started < 20_000, `the app was built in ${Date.now() - started} ms`)
+  t.match((await tools(ctx)).servers, [{ name: 'endless', state: 'down', lastError: /tools\/list/ }])
+})
+
+t.test('a tool the server withdrew during a run is refused by agentd as no longer offered', async (t) => {
+  const empty = { type: 'object', properties: {} }
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'withdraw', inputSchema: { type: 'object' } }, { name: 'old', inputSchema: empty }]) })
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['raw__*'] } })).json()
+  ctx.devModel.script(
+    { toolCalls: [{ name: 'raw__withdraw', arguments: { name: 'old' } }] as never },
+    { toolCalls: [{ name: 'raw__old', arguments: {} }] as never },
+    { text: 'done' }
+  )
+  const { run } = (await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })).json()
+  t.equal(run.status, 'completed')
+  const last = ctx.devModel.requests.at(-1)?.body as { messages: Array<{ role: string; content: string }> }
+  const [withdrew, old] = last.messages.filter((m) => m.role === 'tool').map((m) => parsed(m.content)) as [string, Record<string, unknown>]
+  t.equal(withdrew, 'withdrew old')
+  t.match(old, { ok: false, errorType: 'runtime', code: 'CONFIG_ERROR', retryable: false, detail: { reason: 'tool_withdrawn' } })
+  t.match((old['recommendations'] as string[]).join(' '), /do not call raw__old again/i)
+})
+
+t.test('a storm of list_changed notifications is followed by a few listings, not one each', async (t) => {
+  const empty = { type: 'object', properties: {} }
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'storm', inputSchema: empty }, { name: 'lists', inputSchema: empty }]) })
+  await runCalls(ctx, { tools: ['raw__storm'] }, [{ name: 'raw__storm', arguments: {} }])
+  // Calls are answered in order, after every listing asked for before them.
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__lists'] }, [{ name: 'raw__lists', arguments: {} }])
+  const lists = Number(toolResults[0])
+  t.ok(lists >= 2 && lists <= 4, `tools/list answered ${lists} times (the first listing, then one or two for the storm)`)
+})
+
+t.test('two tools whose schemas share an $id are each checked against their own schema', async (t) => {
+  const needs = (field: string) => ({ $id: 'https://example.com/arguments.json', type: 'object', allOf: [{ required: [field] }] })
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'needs_a', inputSchema: needs('a') }, { name: 'needs_b', inputSchema: needs('b') }]) })
+  const { toolResults } = await runCalls(ctx, { tools: ['raw__*'] }, [
+    { name: 'raw__needs_b', arguments: { b: 1 } },
+    { name: 'raw__needs_a', arguments: { b: 1 } }
+  ])
+  t.same(toolResults[0], { name: 'needs_b', arguments: { b: 1 } }, 'valid arguments reach the server')
+  t.match(toolResults[1], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /'a'/ })
+})
+
 t.test('a server that fails to start or hangs at start does not stop agentd; it shows as down and is retried', async (t) => {
+  // A Streamable HTTP server that refuses agentd's credentials without a word.
+  const locked = createServer((_req, res) => res.writeHead(401).end())
+  await new Promise<void>((resolve) => locked.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => locked.close())
   const ctx = await appWithMcp(t, {
+    locked: { url: `http://127.0.0.1:${(locked.address() as AddressInfo).port}/mcp` },
     broken: { command: process.execPath, args: ['-e', 'console.error("no API token given"); process.exit(3)'] },
     missing: { command: '/nonexistent/mcp-server' },
+    elsewhere: { command: process.execPath, args: ['-e', ''], cwd: '/nonexistent/folder' },
     silent: { command: process.execPath, args: ['-e', 'setInterval(() => {}, 1000)'] },
     nowhere: { url: 'http://127.0.0.1:1/mcp' }
   }, { mcp: { connectTimeoutMs: 5000, backoffBaseMs: 100, backoffCapMs: 400 } })
   const { servers } = await tools(ctx)
   // A retry may be under way already (state starting); lastError stays until one succeeds.
   t.match(servers, [
+    { name: 'locked', transport: 'http', state: /down|starting/, lastError: /^HTTP 401: / },
     { name: 'broken', state: /down|starting/, lastError: /exited with code 3 \(stderr: no API token given\)/ },
     { name: 'missing', state: /down|starting/, lastError: /ENOENT/ },
+    { name: 'elsewhere', state: /down|starting/, lastError: 'its cwd /nonexistent/folder does not exist' },
     { name: 'silent', state: /down|starting/, lastError: /timed out/i },
     { name: 'nowhere', transport: 'http', state: /down|starting/, lastError: /fetch failed|ECONNREFUSED/ }
   ])
   const ready = await ctx.app.inject({ method: 'GET', url: '/readyz' })
   t.equal(ready.statusCode, 200)
-  t.equal(ready.json().mcp.length, 4)
+  t.equal(ready.json().mcp.length, 6)
   await until(t, 'each is retried', async () => (await tools(ctx)).servers.every((s) => s.restarts >= 1), 30_000)
   t.equal((await ctx.app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
   const closing = Date.now()

@@ -1,13 +1,14 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
-import { ToolListChangedNotificationSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
+import { ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
 import { version } from '../../version.ts'
 import type { Tool } from '../types.ts'
 import type { McpServerConfig } from './config.ts'
 import { resultText } from './content.ts'
-import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError } from './errors.ts'
+import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError, toolWithdrawn } from './errors.ts'
 import { mcpToolSchema, type McpToolSchema } from './schema.ts'
 import { ProcessGroupStdioTransport } from './stdio-transport.ts'
 
@@ -42,6 +43,43 @@ export interface McpConnectionOptions {
 
 /** The request timeout the SDK applies is turned off: the tools runtime owns the deadline and aborts the signal. */
 const NO_SDK_TIMEOUT = 2 ** 31 - 1
+/**
+ * Every page of a paginated tools/list, up to 10 000 tools. A server whose pages never end (a
+ * nextCursor on every page, tools or not) fails the attempt: agentd's start waits for it.
+ */
+async function listPages(page: (params: { cursor?: string }) => Promise<{ tools: unknown[]; nextCursor?: string | undefined }>): Promise<unknown[]> {
+  const listed: unknown[] = []
+  let cursor: string | undefined
+  for (let pages = 0; ; pages++) {
+    if (pages === MAX_TOOL_PAGES) throw new Error(`tools/list still had a next page after ${MAX_TOOL_PAGES} pages`)
+    const answer = await page(cursor === undefined ? {} : { cursor })
+    listed.push(...answer.tools)
+    cursor = answer.nextCursor
+    if (cursor === undefined || listed.length >= 10_000) return listed
+  }
+}
+const MAX_TOOL_PAGES = 100
+
+/**
+ * Whether a call's next progress notification becomes a tool:progress event: bursts of
+ * PROGRESS_BURST, then PROGRESS_PER_SECOND. Each event is stored in the session's log and sent
+ * to every stream, so a server that floods notifications must not flood those.
+ */
+function progressGate(): () => boolean {
+  let tokens = PROGRESS_BURST
+  let last = performance.now()
+  return () => {
+    const now = performance.now()
+    tokens = Math.min(PROGRESS_BURST, tokens + ((now - last) * PROGRESS_PER_SECOND) / 1000)
+    last = now
+    if (tokens < 1) return false
+    tokens--
+    return true
+  }
+}
+const PROGRESS_BURST = 10
+const PROGRESS_PER_SECOND = 10
+
 /** Tool names the model may call: OpenAI's function-name rule. */
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/
 
@@ -61,6 +99,8 @@ export class McpConnection {
   #lastError: string | null = null
   #lastStderr: string | null = null
   #failures = 0
+  /** When the connection of now came up; null while there is none. */
+  #upSince: number | null = null
   #restarts = 0
   #retryTimer: NodeJS.Timeout | undefined
   #nextAttemptAt: number | null = null
@@ -68,6 +108,9 @@ export class McpConnection {
   /** The client of the attempt under way, so stop() need not wait for a server that never answers. */
   #connecting: Client | undefined
   #probing = false
+  /** The client whose tools/list after list_changed is under way; another notification came since it started. */
+  #relisting: Client | undefined
+  #relistAgain = false
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     this.config = config
@@ -130,7 +173,7 @@ export class McpConnection {
     }
     client.onclose = () => this.#closed(client)
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
-      if (this.#client === client) void this.#refreshTools(client).catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed'))
+      if (this.#client === client) this.#listChanged(client)
     })
     this.#connecting = client
     try {
@@ -143,12 +186,14 @@ export class McpConnection {
       this.#transport = transport
       await this.#refreshTools(client)
       this.#state = 'up'
-      this.#failures = 0
+      this.#upSince = Date.now()
       this.#lastError = null
       this.#log.info({ tools: this.#tools.length }, 'MCP server up')
     } catch (err) {
       // Described before close(): how the process ended by itself, not the kill that follows.
-      const why = `${this.#describe(transport)}${(err as Error).message ?? String(err)}`
+      // The SDK's message for an HTTP error is the answer's body, which may be empty; the status says more.
+      const status = err instanceof StreamableHTTPError && typeof err.code === 'number' && err.code > 0 ? `HTTP ${err.code}: ` : ''
+      const why = `${this.#describe(transport)}${status}${(err as Error).message ?? String(err)}`
       this.#client = undefined
       await client.close().catch(() => undefined)
       if (this.#stopped()) return
@@ -221,6 +266,10 @@ export class McpConnection {
   }
 
   #down(reason: string): void {
+    // The delay starts over only after the server stayed up as long as the longest delay: one
+    // that crashes soon after each start is a crash loop, not a new failure.
+    if (this.#upSince !== null && Date.now() - this.#upSince >= this.#options.backoffCapMs) this.#failures = 0
+    this.#upSince = null
     this.#state = 'down'
     this.#lastError = reason.slice(0, 1000)
     this.#failures++
@@ -237,21 +286,69 @@ export class McpConnection {
     this.#retryTimer.unref()
   }
 
+  /**
+   * One listing at a time, and one more after it for every notification that came meanwhile: a
+   * burst of list_changed is a few tools/list, not one each, and a slow listing never lands
+   * after a newer one.
+   */
+  #listChanged(client: Client): void {
+    if (this.#relisting === client) {
+      this.#relistAgain = true
+      return
+    }
+    this.#relisting = client
+    this.#relistAgain = false
+    void (async () => {
+      do {
+        this.#relistAgain = false
+        await this.#refreshTools(client)
+      } while (this.#relistAgain && this.#client === client)
+    })().catch((err: unknown) => this.#log.warn({ err }, 'MCP tools/list after list_changed failed')).finally(() => {
+      if (this.#relisting === client) this.#relisting = undefined
+    })
+  }
+
   async #refreshTools(client: Client): Promise<void> {
-    const listed: McpToolInfo[] = []
-    let cursor: string | undefined
-    do {
-      const page = await client.listTools(cursor === undefined ? {} : { cursor }, { timeout: this.#options.connectTimeoutMs })
-      listed.push(...page.tools)
-      cursor = page.nextCursor
-    } while (cursor !== undefined && listed.length < 10_000)
+    const listed = await this.#listTools(client)
     if (this.#client !== client) return
     const tools: Tool[] = []
-    for (const info of listed) {
-      const tool = this.#adapt(info)
-      if (tool) tools.push(tool)
+    const names = new Set<string>()
+    let ajv: AjvJsonSchemaValidator | undefined
+    const validator = () => (ajv ??= new AjvJsonSchemaValidator())
+    for (const raw of listed) {
+      const parsed = ToolSchema.safeParse(raw)
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0]
+        const name = (raw as { name?: unknown } | null)?.name
+        this.#log.warn({ tool: typeof name === 'string' ? name.slice(0, 200) : null, problem: issue ? `${issue.path.join('.')}: ${issue.message}` : 'invalid' }, 'MCP tool skipped: its definition is not a valid MCP tool')
+        continue
+      }
+      const tool = this.#adapt(parsed.data, validator)
+      if (!tool) continue
+      // Two tools whose names differ only in characters replaced by "_" (or a name listed twice):
+      // the first keeps the name, so that <server>__* and the calls stay unambiguous.
+      if (names.has(tool.name)) {
+        this.#log.warn({ tool: parsed.data.name }, `MCP tool skipped: another tool of the server is already named ${tool.name}`)
+        continue
+      }
+      names.add(tool.name)
+      tools.push(tool)
     }
     this.#setTools(tools)
+  }
+
+  /**
+   * Every page of tools/list, each tool as the server wrote it. Not listTools(): the SDK refuses
+   * a whole listing when one tool in it is malformed (a schema that is not an object, an output
+   * schema Ajv cannot compile), which would keep every tool of the server down; #refreshTools
+   * checks each tool on its own.
+   */
+  async #listTools(client: Client): Promise<unknown[]> {
+    return await listPages(async (params) => {
+      const page = await client.request({ method: 'tools/list', params }, ResultSchema, { timeout: this.#options.connectTimeoutMs })
+      if (!Array.isArray(page['tools'])) throw new Error('tools/list answered without a tools array')
+      return { tools: page['tools'] as unknown[], nextCursor: typeof page['nextCursor'] === 'string' ? page['nextCursor'] : undefined }
+    })
   }
 
   #setTools(tools: Tool[]): void {
@@ -260,7 +357,7 @@ export class McpConnection {
   }
 
   /** An MCP tool as an agentd tool; null (with a warning) when its name or schema cannot be offered to a model. */
-  #adapt(info: McpToolInfo): Tool | null {
+  #adapt(info: McpToolInfo, validator: () => AjvJsonSchemaValidator): Tool | null {
     const server = this.config.name
     const name = `${server}__${info.name.replace(/[^A-Za-z0-9_-]/g, '_')}`
     if (!TOOL_NAME.test(name)) {
@@ -269,7 +366,7 @@ export class McpConnection {
     }
     let schema: McpToolSchema
     try {
-      schema = mcpToolSchema(name, info.inputSchema as Record<string, unknown>)
+      schema = mcpToolSchema(name, info.inputSchema as Record<string, unknown>, validator)
     } catch (err) {
       this.#log.warn({ tool: info.name, err }, 'MCP tool skipped: its inputSchema cannot be used')
       return null
@@ -286,11 +383,20 @@ export class McpConnection {
         if (!client || this.#state !== 'up') {
           throw serverUnavailable(server, name, this.#state, this.#lastError, this.#nextAttemptAt === null ? null : this.#nextAttemptAt - Date.now())
         }
+        // A run keeps the tools it started with; the server may have withdrawn one since.
+        if (!this.#tools.some((tool) => tool.name === name)) throw toolWithdrawn(server, name)
+        const reportProgress = progressGate()
         try {
-          const result = await client.callTool({ name: info.name, arguments: input as Record<string, unknown> }, undefined, {
+          // A plain request with a loose result schema, not callTool(): its strict schema refuses a
+          // whole result for one content block of a type it does not know (a newer protocol's),
+          // which content.ts describes instead. Its check of structuredContent against an
+          // outputSchema is given up with it: the model gets the content blocks.
+          const result = await client.request({ method: 'tools/call', params: { name: info.name, arguments: input as Record<string, unknown> } }, ResultSchema, {
             signal: ctx.signal,
             timeout: NO_SDK_TIMEOUT,
-            onprogress: (progress) => ctx.emit('progress', { ...progress })
+            onprogress: (progress) => {
+              if (reportProgress()) ctx.emit('progress', { ...progress, ...(progress.message === undefined ? {} : { message: progress.message.slice(0, 1000) }) })
+            }
           })
           const text = resultText(result)
           return result.isError === true ? toolReportedError(name, text) : text

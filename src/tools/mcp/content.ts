@@ -8,8 +8,8 @@ type Block = { type: string; [key: string]: unknown }
 
 /** The text of a CallToolResult: its blocks in order, and its structuredContent when there is no content. */
 export function resultText(result: Record<string, unknown>): string {
-  const blocks = Array.isArray(result['content']) ? (result['content'] as Block[]) : []
-  const parts = blocks.map(describeBlock)
+  const blocks = Array.isArray(result['content']) ? (result['content'] as unknown[]) : []
+  const parts = blocks.map((block) => (typeof block === 'object' && block !== null ? describeBlock(block as Block) : '[a content block that is not an object; not shown]'))
   if (parts.length === 0 && result['structuredContent'] !== undefined) return JSON.stringify(result['structuredContent'])
   return parts.join('\n')
 }
@@ -30,7 +30,7 @@ function describeBlock(block: Block): string {
     case 'resource_link':
       return `[resource link: ${String(block['name'] ?? '')} ${String(block['uri'] ?? '')}${block['mimeType'] ? ` (${String(block['mimeType'])})` : ''}${block['description'] ? ` — ${String(block['description'])}` : ''}]`
     default:
-      return `[${block.type} content; not shown]`
+      return `[${String(block.type).slice(0, 100)} content; not shown]`
   }
 }
 

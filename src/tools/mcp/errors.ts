@@ -22,6 +22,15 @@ export function serverUnavailable(server: string, tool: string, state: string, l
   })
 }
 
+/** The server's tool list changed and no longer has this tool, which the run still offered. */
+export function toolWithdrawn(server: string, tool: string): ToolFailure {
+  return new ToolFailure('CONFIG_ERROR', `The MCP server "${server}" no longer offers ${tool}: its tool list changed during the run.`, {
+    reason: 'tool_withdrawn', server, tool
+  }, {
+    recommendations: [`Do not call ${tool} again; continue without it or with another tool the session offers.`]
+  })
+}
+
 /** The connection ended while the call was in flight (process died, HTTP stream cut). */
 export function connectionLost(server: string, tool: string, why: string, cause: unknown): ToolFailure {
   return new ToolFailure('IO_ERROR', `The MCP server "${server}" went away during the call: ${why}.`, {

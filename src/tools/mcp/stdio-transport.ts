@@ -1,8 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import { getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js'
-import { ReadBuffer, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
+import { deserializeMessage, serializeMessage } from '@modelcontextprotocol/sdk/shared/stdio.js'
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
-import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
+import { ErrorCode, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
 import type { McpStdioServerConfig } from './config.ts'
 
 export interface ProcessGroupStdioOptions {
@@ -35,7 +36,9 @@ export class ProcessGroupStdioTransport implements Transport {
 
   readonly #config: McpStdioServerConfig
   readonly #options: ProcessGroupStdioOptions
-  readonly #buffer: ReadBuffer
+  /** The start of a line whose newline has not come yet. */
+  #partial: Buffer[] = []
+  #partialBytes = 0
   #child: ChildProcess | undefined
   #stderrTail = ''
   #closed = false
@@ -43,7 +46,6 @@ export class ProcessGroupStdioTransport implements Transport {
   constructor(config: McpStdioServerConfig, options: ProcessGroupStdioOptions) {
     this.#config = config
     this.#options = options
-    this.#buffer = new ReadBuffer({ maxBufferSize: options.maxMessageBytes })
   }
 
 
@@ -57,14 +59,19 @@ export class ProcessGroupStdioTransport implements Transport {
         windowsHide: true
       })
       this.#child = child
-      child.once('error', (err) => {
-        reject(err)
+      child.once('error', (err: NodeJS.ErrnoException) => {
+        // spawn() reports a missing cwd as its command not found (spawn node ENOENT).
+        const cwd = this.#config.cwd
+        reject(err.code === 'ENOENT' && cwd !== undefined && !existsSync(cwd) ? new Error(`its cwd ${cwd} does not exist`, { cause: err }) : err)
         this.onerror?.(err)
         this.#finish()
       })
       child.once('spawn', () => resolve())
       child.once('exit', (code, signal) => {
         this.exit = { code, signal }
+        // A server that died by itself may leave what it started in its group: nothing will talk
+        // to those any more, and a restart would add more of them.
+        if (child.pid !== undefined) signalGroup(child.pid, 'SIGKILL')
         // Its last stderr lines (why it died) may still be in the pipe; a child it left behind
         // can hold the pipe open, so this waits briefly, not for the pipe to close.
         const stderr = child.stderr
@@ -82,25 +89,52 @@ export class ProcessGroupStdioTransport implements Transport {
     })
   }
 
+  /**
+   * Splits stdout into JSON-RPC lines. The start of an unfinished line is kept as a list of
+   * chunks and joined once, when its newline arrives: the SDK's ReadBuffer joins and searches
+   * the whole buffer again on every 64 KiB chunk, seconds of the main thread for one 16 MiB line.
+   */
   #read(chunk: Buffer): void {
+    let start = 0
+    for (let end = chunk.indexOf(NEWLINE); end !== -1 && !this.#closed; end = chunk.indexOf(NEWLINE, start)) {
+      const tail = chunk.subarray(start, end)
+      const line = this.#partial.length === 0 ? tail : Buffer.concat([...this.#partial, tail])
+      this.#partial = []
+      this.#partialBytes = 0
+      start = end + 1
+      if (line.length > this.#options.maxMessageBytes) return this.#tooLarge()
+      this.#deliver(line)
+    }
+    if (start === chunk.length || this.#closed) return
+    this.#partialBytes += chunk.length - start
+    if (this.#partialBytes > this.#options.maxMessageBytes) return this.#tooLarge()
+    this.#partial.push(chunk.subarray(start))
+  }
+
+  #deliver(line: Buffer): void {
+    const text = line.toString('utf8').replace(/\r$/, '')
+    let message: JSONRPCMessage
     try {
-      this.#buffer.append(chunk)
-    } catch {
-      this.closeReason ??= 'message_too_large'
-      this.onerror?.(new Error(`the server sent a message over ${this.#options.maxMessageBytes} bytes; it was stopped`))
-      void this.close()
+      message = deserializeMessage(text)
+    } catch (err) {
+      // A line that is not JSON-RPC (a stray print) is reported and skipped, as the SDK does;
+      // but a malformed answer to a request ends that request now, not at its timeout.
+      this.onerror?.(err as Error)
+      const id = malformedAnswerId(text)
+      if (id !== undefined) {
+        this.onmessage?.({ jsonrpc: '2.0', id, error: { code: ErrorCode.InternalError, message: 'the server sent an answer that is not valid JSON-RPC' } })
+      }
       return
     }
-    for (;;) {
-      try {
-        const message = this.#buffer.readMessage()
-        if (message === null) break
-        this.onmessage?.(message)
-      } catch (err) {
-        // A line that is not JSON-RPC (a stray print) is reported and skipped, as the SDK does.
-        this.onerror?.(err as Error)
-      }
-    }
+    this.onmessage?.(message)
+  }
+
+  #tooLarge(): void {
+    this.#partial = []
+    this.#partialBytes = 0
+    this.closeReason ??= 'message_too_large'
+    this.onerror?.(new Error(`the server sent a message over ${this.#options.maxMessageBytes} bytes; it was stopped`))
+    void this.close()
   }
 
   #readStderr(chunk: Buffer): void {
@@ -132,18 +166,32 @@ export class ProcessGroupStdioTransport implements Transport {
     child.stdin?.end()
     signalGroup(child.pid, 'SIGTERM')
     const timer = setTimeout(() => signalGroup(child.pid as number, 'SIGKILL'), this.#options.killGraceMs)
+    // The exit handler (start) kills what the leader left in the group.
     await exited
     clearTimeout(timer)
-    // The leader is gone; anything it left in the group goes too.
-    signalGroup(child.pid, 'SIGKILL')
   }
 
   #finish(): void {
     if (this.#closed) return
     this.#closed = true
-    this.#buffer.clear()
+    this.#partial = []
     this.onclose?.()
   }
+}
+
+const NEWLINE = 0x0a
+
+/** The id of a line that is meant as a JSON-RPC answer (an id, a result or an error, no method) but is not a valid one. */
+function malformedAnswerId(text: string): string | number | undefined {
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  if (typeof value !== 'object' || value === null || 'method' in value || !('result' in value || 'error' in value)) return undefined
+  const id = (value as { id?: unknown }).id
+  return typeof id === 'string' || typeof id === 'number' ? id : undefined
 }
 
 function signalGroup(pid: number, signal: NodeJS.Signals): void {
