@@ -4,6 +4,7 @@ import { isSessionGone, type MessageToolCall, type RunStatus, type StoreWrite, t
 import { toolInterrupted } from '../tools/tool-errors.ts'
 import { now, type RunContext, type RunPhase } from './run-context.ts'
 import { sealCall } from './tool-call.ts'
+import { isFinal } from './wait-for-run.ts'
 
 export type DoneReason = 'completed' | 'interrupted' | 'failed' | 'max_steps'
 
@@ -36,6 +37,14 @@ export async function endRun(
   ctx: RunContext, status: RunStatus, reason: DoneReason, error: ClassifiedError | null, phase: RunPhase = 'system'
 ): Promise<boolean> {
   try {
+    // A unit whose answer was lost (its connection dropped after COMMIT went out) may have been
+    // committed all the same: a run the store holds as ended has its done, and gets no second one.
+    await ctx.settle()
+    const stored = await ctx.deps.store.getRun(ctx.session.id, ctx.run.id)
+    if (stored !== null && isFinal(stored.status)) {
+      Object.assign(ctx.run, stored)
+      return true
+    }
     await sealOpenCalls(ctx)
     await closeRun(ctx, status, reason, error, phase)
     return true

@@ -41,6 +41,30 @@ t.test('a failing store write ends the run as failed, reports it, and the servic
  * out meanwhile). When such a unit fails, the run fails at its next commit: nothing the model
  * said after it is stored, and the history stays whole.
  */
+t.test("a run's end that was committed though its answer was lost (the connection dropped) is not ended a second time", async (t) => {
+  // Before, the run took the lost answer for a failed commit and ended again: two done events,
+  // the second 'failed', and the stored status 'failed' under a done that said 'completed'.
+  const { app, devModel } = await buildTestApp(t)
+  const store = app.agentd.store
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const original = store.commit
+  let lost = 0
+  store.commit = async (writes) => {
+    const ends = writes.some((w) => w.type === 'event' && w.event.type === 'done')
+    const committed = await original.call(store, writes)
+    if (ends && lost++ === 0) throw Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' })
+    return committed
+  }
+  devModel.script({ text: 'stored once' })
+  const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'x' } })).json()
+  t.equal(res.run.status, 'completed')
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.same(events.filter((e) => e.type === 'done').map((e) => e.data.reason), ['completed'], 'one done')
+  t.notOk(events.some((e) => e.type === 'error'), 'no error event')
+  t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/runs/${res.run.id}` })).json().status, 'completed')
+  t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().status, 'idle')
+})
+
 t.test('a unit committed while the run goes on fails the run before anything later is stored', async (t) => {
   const failOnce = (app: Awaited<ReturnType<typeof buildTestApp>>['app'], role: 'user' | 'tool') => {
     const store = app.agentd.store
