@@ -20,7 +20,7 @@ export class ToolSpecError extends Error {
 /**
  * Client tools bring plain JSON Schema, which TypeBox's Value cannot check (no Kind). The
  * parameters keep the client's JSON exactly (what the model and GET /v1/tools show) and carry
- * this Kind; the checker is a TypeBox translation made once, at creation.
+ * this Kind; the checker is a TypeBox translation made once, at creation, without `pattern`.
  */
 const JsonSchemaKind = 'AgentdJsonSchema'
 const translations = new WeakMap<object, TSchema>()
@@ -119,8 +119,11 @@ function typed(node: Record<string, unknown>, type: unknown, typeField: string, 
           throw new ToolSpecError(`${field}.pattern`, 'is not a valid regular expression')
         }
       }
+      // The pattern is shown to the model but left to the client or webhook to enforce: run on the
+      // model's arguments in agentd's main thread, one like ^(a+)+$ backtracks for minutes and
+      // stalls every session of every tenant (as for MCP tools, see mcp/schema.ts).
       // format is an annotation in JSON Schema 2020-12 unless a vocabulary asserts it; it is shown, not checked.
-      return Type.String(numbers(node, ['minLength', 'maxLength'], field, { pattern: pattern === undefined ? undefined : String(pattern) }))
+      return Type.String(numbers(node, ['minLength', 'maxLength'], field))
     }
     case 'number':
       return Type.Number(numbers(node, keywordsByType['number'] ?? [], field))

@@ -365,6 +365,32 @@ t.test('client tools pause the run until the client posts the result', async (t)
   t.match(JSON.parse(sent.messages.at(-1)?.content ?? 'null'), { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR' })
 })
 
+t.test("a client tool's pattern is the client's to check: a catastrophic one does not stall the service, and the model still sees it", async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const parameters = { type: 'object', properties: { word: { type: 'string', pattern: '^(a+)+$', minLength: 1 } }, required: ['word'] }
+  const spec = { type: 'client', name: 'spell', description: 'Checks a word', parameters }
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [spec] } })).json()
+  t.same(session.tools, [spec], 'the session keeps the schema as given')
+  // Run on the main thread, ^(a+)+$ backtracks on this for about a minute (twice as long per extra "a").
+  const word = 'a'.repeat(30) + '!'
+  devModel.script({ toolCalls: [{ name: 'spell', arguments: { word } }] }, { text: 'checked' })
+  const started = Date.now()
+  const run = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'spell it' } })).json().run
+  let required: StreamedEvent | undefined
+  while (!required && Date.now() - started < 5000) {
+    required = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?types=tool_result_required`, headers: { accept: 'application/json' } })).json().data[0]
+    if (!required) await new Promise((r) => setTimeout(r, 10))
+  }
+  const elapsed = Date.now() - started
+  t.ok(elapsed < 5000, `the call reached the client in ${elapsed} ms`)
+  t.match(required?.data.call, { name: 'spell', input: { word } }, 'the arguments are passed on unchecked against the pattern')
+  const offered = (devModel.requests[0]?.body as { tools: Array<{ function: { name: string; parameters: unknown } }> }).tools
+  t.same(offered.find((tool) => tool.function.name === 'spell')?.function.parameters, parameters, 'the model was offered the pattern')
+  const callId = required?.data.call.id
+  t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/tool-results/${callId}`, payload: { output: { ok: true } } })).statusCode, 200)
+  t.equal((await app.agentd.runs.waitFor(session.id, run.id))?.status, 'completed')
+})
+
 t.test('webhook tools: allowed hosts only, the answer is the result', async (t) => {
   const received: unknown[] = []
   const server = createServer((req, res) => {

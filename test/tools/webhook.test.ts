@@ -159,6 +159,23 @@ t.test('JSON Schema parameters are checked faithfully, also by plain Value.Check
   }
 })
 
+t.test("a pattern is shown but left to the webhook: a catastrophic one reaches it at once, whatever the argument", async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'))
+  const parameters = { type: 'object', properties: { word: { type: 'string', pattern: '^(a+)+$', maxLength: 40 } }, required: ['word'] }
+  const tool = createWebhookTool({ name: 'spell', description: 'd', parameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  t.same(plainJsonSchema(tool.parameters), parameters, 'the model is shown the pattern')
+  // Run on the main thread, ^(a+)+$ backtracks on this for about a minute.
+  const word = 'a'.repeat(30) + '!'
+  const started = Date.now()
+  const outcome = await runTool(tool, { word }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.ok(Date.now() - started < 5000, `answered in ${Date.now() - started} ms`)
+  t.same(outcome.ok && outcome.result, { ok: true })
+  t.match(hook.bodies, [{ name: 'spell', input: { word } }])
+  t.match(checkToolInput('spell', tool.parameters, { word: 'a'.repeat(41) }), { code: 'VALIDATION_ERROR' }, 'the other keywords are still checked')
+})
+
 t.test('a failing webhook tells the model what to do: its Retry-After, whether a retry can help, its own advice', async (t) => {
   const ws = await makeWorkspace()
   t.teardown(ws.cleanup)
