@@ -222,7 +222,9 @@ t.test('isolation: runaway tools end classified in time while the service keeps 
     t.equal(run.status, 'completed', `${name}: the run goes on`)
     t.match(events[0]?.data.error.errorType, errorType, `${name}: classified ${events[0]?.data.error.code}`)
     t.ok(elapsed < timeoutMs + 1000 + 500, `${name}: ended in ${elapsed} ms (timeout ${timeoutMs} ms)`)
-    t.ok(slowest < 100, `${name}: /healthz answered within ${slowest.toFixed(1)} ms`)
+    // A tool run on the event loop would hold /healthz for its whole timeout; under the full
+    // suite on two shared cores a free loop still answered in up to ~150 ms once (a 100 ms bound failed a full run).
+    t.ok(slowest < timeoutMs / 2, `${name}: /healthz answered within ${slowest.toFixed(1)} ms`)
     t.equal(otherRuns, 1, `${name}: another session completed a run meanwhile`)
   }
 })
