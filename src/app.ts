@@ -224,7 +224,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const events = new EventLog(store, bus)
   app.addHook('onClose', async () => ports.close())
   const tools = new ToolCatalog(config, { maxOutputBytes: config.toolMaxOutputBytes, logger: log, ...options.tools })
-  const hooks = new HookRunner({ hooks: config.hooks, events, logger: log, ...(options.hookRetry ? { runEndRetry: options.hookRetry } : {}) })
+  const hooks = new HookRunner({
+    hooks: config.hooks, events, logger: log, maxOutputBytes: config.toolMaxOutputBytes, ...(options.hookRetry ? { runEndRetry: options.hookRetry } : {})
+  })
   const runs = new RunManager({
     store,
     events,

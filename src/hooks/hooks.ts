@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
 import { classified } from '../errors/classified.ts'
+import { capResult } from '../tools/runtime.ts'
 import { toModelToolResult } from '../tools/tool-errors.ts'
 import { retryDelayMs, sleep, type RetryPolicy } from '../agent/retry.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
@@ -35,6 +36,8 @@ export interface HookRunnerOptions {
   /** runEnd attempts after the first, and their backoff; default 5 retries from 1 s, capped at 30 s. */
   runEndRetry?: Partial<RetryPolicy>
   client?: HookClient
+  /** Bytes of a postToolUse replacement the model gets (AGENTD_TOOL_MAX_OUTPUT_BYTES), cut with a note like any tool result. */
+  maxOutputBytes?: number
 }
 
 const DECISIONS = new Set(['allow', 'deny', 'ask'])
@@ -52,6 +55,7 @@ export class HookRunner {
   readonly #log: Logger
   readonly #retry: RetryPolicy
   readonly #client: HookClient
+  readonly #maxOutputBytes: number
   /** runEnd deliveries still trying; drain() waits for them, then stops them. */
   readonly #pending = new Set<Promise<void>>()
   readonly #stopping = new AbortController()
@@ -62,6 +66,7 @@ export class HookRunner {
     this.#log = options.logger
     this.#retry = { ...defaultRunEndRetry, ...options.runEndRetry }
     this.#client = options.client ?? new HookClient()
+    this.#maxOutputBytes = options.maxOutputBytes ?? 100_000
   }
 
   /** True when some preToolUse hook covers the tool: its calls are screened before they run. */
@@ -147,7 +152,11 @@ export class HookRunner {
       }
       const replaced = 'output' in answer
       await ctx.emit('control', 'hook_decided', { hook: hook.name, callId: ctx.call.id, decision: replaced ? 'replace' : 'keep', reason: null })
-      if (replaced) shown = answer.output
+      if (replaced) {
+        // A hook's answer may be as large as its delivery allows (1 MiB): the model reads it as a tool result, cut as one.
+        const capped = capResult(answer.output, this.#maxOutputBytes)
+        shown = capped.ok ? capped.result : toModelToolResult(capped.error)
+      }
     }
     return shown
   }

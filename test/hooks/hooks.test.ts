@@ -159,6 +159,20 @@ t.test('postToolUse replaces what the model sees (redaction); the tool call keep
   t.match(audit.data[0], { name: 'fs_read', state: 'completed', result: { content: 'OPENAI_API_KEY=sk-abc123secret' } }, 'the audit keeps the real result')
 })
 
+t.test("a postToolUse replacement larger than AGENTD_TOOL_MAX_OUTPUT_BYTES is cut like any tool's result", async (t) => {
+  // Before, a hook's answer (up to its 1 MiB delivery limit) went to the model, its events and the stored conversation whole.
+  const inflator = await startHookServer(t, () => ({ json: { output: 'x'.repeat(500_000) } }))
+  const ctx = await buildTestApp(t, {
+    env: { ...hooksEnv(t, [{ name: 'inflate', on: 'postToolUse', url: inflator.url, tools: ['fs_list'] }]), AGENTD_TOOL_MAX_OUTPUT_BYTES: '2000' }
+  })
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  ctx.devModel.script({ toolCalls: [{ name: 'fs_list', arguments: {} }] }, { text: 'done' })
+  await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'list' } })
+  const tool = (ctx.devModel.requests.at(-1)?.body.messages as Array<{ role: string; content: string }>).find((m) => m.role === 'tool')
+  t.ok(tool && tool.content.length < 3000, `the model got ${tool?.content.length} characters`)
+  t.match(tool?.content, /^x{100}.*output truncated: showing the first \d+ of 500000 bytes/s, 'the replacement, cut with a note')
+})
+
 const hostile: Array<[string, (t: TapTest) => Promise<string>, RegExp]> = [
   ['hangs past its timeout', async (t) => (await startHookServer(t, () => ({ hang: true }))).url, /did not answer within 400 ms/],
   ['answers 500', async (t) => (await startHookServer(t, () => ({ status: 500, text: 'boom' }))).url, /answered HTTP 500/],
