@@ -269,59 +269,66 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   // MCP servers are tried once before the first request (one that fails is retried in the background) and stopped after the drain.
   await tools.start()
   app.addHook('onClose', async () => tools.close())
+  try {
 
-  for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema, ToolCallSchema]) app.addSchema(schema)
+    for (const schema of [...sharedSchemas, WebhookToolSpecSchema, ClientToolSpecSchema, ToolSchema, SessionSchema, MessageSchema, RunSchema, EventSchema, ToolCallSchema]) app.addSchema(schema)
 
-  await app.register(requestIdPlugin)
-  await app.register(tracingPlugin, { tracing })
-  await app.register(errorEnvelopePlugin)
-  await app.register(strictQueryPlugin)
-  const openPaths = [...CONSOLE_PATHS, ...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
-  await app.register(openApiPlugin, { version, publicPaths: ['/healthz', '/readyz', ...openPaths] })
-  await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
-  const streamTokens = new StreamTokens(config.apiKeys)
-  await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths, streamTokens })
+    await app.register(requestIdPlugin)
+    await app.register(tracingPlugin, { tracing })
+    await app.register(errorEnvelopePlugin)
+    await app.register(strictQueryPlugin)
+    const openPaths = [...CONSOLE_PATHS, ...(config.metricsPublic ? ['/metrics'] : []), ...(config.docsPublic ? ['/openapi.json', '/docs', '/docs/*'] : [])]
+    await app.register(openApiPlugin, { version, publicPaths: ['/healthz', '/readyz', ...openPaths] })
+    await app.register(securityPlugin, { corsOrigins: config.corsOrigins, hstsMaxAge: config.hstsMaxAge })
+    const streamTokens = new StreamTokens(config.apiKeys)
+    await app.register(authPlugin, { apiKeys: config.apiKeys, openPaths, streamTokens })
 
-  await app.register(streamsPlugin, {
-    store,
-    feed: bus,
-    maxStreams: config.limits.streams,
-    maxStreamsPerKey: config.limits.streamsPerKey,
-    maxBufferedBytes: options.sseMaxBufferedBytes ?? 4 * 1024 * 1024,
-    maxTotalBufferedBytes: config.limits.streamBytes,
-    ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {})
-  })
-  // A deleted session's streams end on every process that serves one.
-  bus.onSessionEnded((sessionId, reason) => app.streams.endSession(sessionId, reason))
-  await app.register(idempotencyPlugin, {
-    store,
-    // A claim outlives a holder that died (kill -9) by as long as a run's claim does.
-    leaseMs: config.runLeaseMs,
-    replayStream: (request, reply, answer) => {
-      app.streams.send(reply, request.keyId, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
-    }
-  })
+    await app.register(streamsPlugin, {
+      store,
+      feed: bus,
+      maxStreams: config.limits.streams,
+      maxStreamsPerKey: config.limits.streamsPerKey,
+      maxBufferedBytes: options.sseMaxBufferedBytes ?? 4 * 1024 * 1024,
+      maxTotalBufferedBytes: config.limits.streamBytes,
+      ...(options.ssePingMs ? { pingIntervalMs: options.ssePingMs } : {})
+    })
+    // A deleted session's streams end on every process that serves one.
+    bus.onSessionEnded((sessionId, reason) => app.streams.endSession(sessionId, reason))
+    await app.register(idempotencyPlugin, {
+      store,
+      // A claim outlives a holder that died (kill -9) by as long as a run's claim does.
+      leaseMs: config.runLeaseMs,
+      replayStream: (request, reply, answer) => {
+        app.streams.send(reply, request.keyId, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
+      }
+    })
 
-  app.addHook('onRequest', async (request) => {
-    if (state.draining && !DRAIN_OPEN.has(request.url.split('?')[0] ?? '')) {
-      throw new ApiError('UNAVAILABLE', 'The service is shutting down', undefined, { 'retry-after': '5', connection: 'close' })
-    }
-  })
+    app.addHook('onRequest', async (request) => {
+      if (state.draining && !DRAIN_OPEN.has(request.url.split('?')[0] ?? '')) {
+        throw new ApiError('UNAVAILABLE', 'The service is shutting down', undefined, { 'retry-after': '5', connection: 'close' })
+      }
+    })
 
-  await app.register(metricsPlugin)
-  await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0, redis: ports.redis })
-  if (ports.redis) await app.register(sharedStreamCapPlugin, { redis: ports.redis.client, namespace: ports.redis.namespace, max: config.limits.streamsPerKey })
-  await app.register(healthRoutes)
-  await app.register(sessionRoutes)
-  await app.register(messageRoutes)
-  await app.register(eventRoutes)
-  await app.register(streamTokenRoutes, { tokens: streamTokens })
-  await app.register(toolRoutes)
-  await app.register(toolCallRoutes)
-  await app.register(consoleRoutes)
+    await app.register(metricsPlugin)
+    await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0, redis: ports.redis })
+    if (ports.redis) await app.register(sharedStreamCapPlugin, { redis: ports.redis.client, namespace: ports.redis.namespace, max: config.limits.streamsPerKey })
+    await app.register(healthRoutes)
+    await app.register(sessionRoutes)
+    await app.register(messageRoutes)
+    await app.register(eventRoutes)
+    await app.register(streamTokenRoutes, { tokens: streamTokens })
+    await app.register(toolRoutes)
+    await app.register(toolCallRoutes)
+    await app.register(consoleRoutes)
 
-  // Runs a previous process left unfinished are ended or queued again before any request.
-  await runs.recover()
-  ports.startRecovery(() => runs.recover())
+    // Runs a previous process left unfinished are ended or queued again before any request.
+    await runs.recover()
+    ports.startRecovery(() => runs.recover())
+  } catch (err) {
+    // The caller gets no app to close, and stdio MCP servers run in process groups of their own:
+    // they would outlive this process (server.ts exits on a failed start).
+    await tools.close().catch(() => undefined)
+    throw err
+  }
   return app
 }

@@ -3,6 +3,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import t from 'tap'
+import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { McpServersOptions } from '../../src/tools/mcp/servers.ts'
 import { buildTestApp, tempDir, type TapTest, type TestApp } from '../helpers/app.ts'
 import { startMcpHttpServer } from '../helpers/mcp-http-server.ts'
@@ -286,6 +287,23 @@ t.test('closing the app stops a stdio server with its whole process group', asyn
   t.ok(alive(serverPid) && alive(childPid), 'server and its child run')
   await ctx.app.close()
   await until(t, 'both are gone', () => !alive(serverPid) && !alive(childPid), 5000)
+})
+
+t.test('a start that fails after the MCP servers started stops them: none outlives the process', async (t) => {
+  // Before, buildApp threw (here: the recovery's first read) with the servers running in process
+  // groups of their own, and server.ts exited without an app to close: they were orphaned.
+  const { log, entry } = fixture(t)
+  const file = join(tempDir(t), 'mcp.json')
+  writeFileSync(file, JSON.stringify({ mcpServers: { fixture: entry } }))
+  const store = new SqliteStore(':memory:')
+  t.teardown(() => store.close())
+  store.listUnfinishedRuns = async () => { throw new Error('the store failed at start') }
+  await t.rejects(buildTestApp(t, { env: { AGENTD_MCP_CONFIG: file }, store, app: { tools: { mcp: fast } } }), /the store failed at start/)
+  const pid = Number(/started (\d+)/.exec(readFileSync(log, 'utf8'))?.[1])
+  t.ok(pid > 0, `the server had started (pid ${pid})`)
+  const alive = () => { try { process.kill(pid, 0); return true } catch { return false } }
+  for (let i = 0; i < 100 && alive(); i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  t.notOk(alive(), 'and is gone')
 })
 
 t.test('a stdio server that dies by itself takes what it started with it, before its restart', async (t) => {
