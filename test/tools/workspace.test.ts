@@ -127,7 +127,8 @@ t.test("a session's workspace is made with the session, for its first run, and a
   const made = { id: 'ses_prepared', tools: null, limits: {} } as unknown as SessionRecord
   catalog.prepareWorkspace(made)
   t.notOk(existsSync(path.join(dir, made.id)), 'not while the 201 is being written')
-  await turn()
+  // A mkdir on libuv's pool: under the full suite on two cores it took longer than a 20 ms turn once.
+  for (let i = 0; i < 100 && !existsSync(path.join(dir, made.id)); i++) await turn()
   t.ok(existsSync(path.join(dir, made.id)), 'made once it is out')
   const execute = await catalog.executor(made, await catalog.resolve(made), logger)
   const listed = await execute({ id: 'call_1', name: 'fs_list', input: {} } as never, new AbortController().signal, async () => undefined)
