@@ -8,9 +8,8 @@ import { checkToolInput } from './json-schema.ts'
 import { describeTool, isClientTool, ToolRegistry, type ToolInfo, type ToolSelectionProblem } from './registry.ts'
 import type { McpServerStatus } from './mcp/connection.ts'
 import type { McpServers, McpServersOptions } from './mcp/servers.ts'
-import { capDetail, capResult, createConcurrencyLimiter, runTool } from './runtime.ts'
-import { classifyToolError, isLogicalFailure } from './tool-errors.ts'
-import type { ExecuteTool, SessionTool, SessionToolSet, ToolOutcome } from './tool-set.ts'
+import { answerOutcome, createConcurrencyLimiter, runTool } from './runtime.ts'
+import type { ExecuteTool, SessionTool, SessionToolSet } from './tool-set.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
 
 /** A tool selection the server cannot honour (unknown name, host not allowed, bad schema). */
@@ -145,7 +144,7 @@ export class ToolCatalog {
           ? {
               kind: 'client', name: tool.name, description: tool.description, parameters: info.parameters,
               check: (input) => checkToolInput(tool.name, tool.parameters, input),
-              outcomeOf: (output) => clientOutcome(tool.name, output, this.#maxOutputBytes)
+              outcomeOf: (output) => answerOutcome({ name: tool.name }, output, this.#maxOutputBytes)
             }
           : { kind: 'server', name: tool.name, tool }
       )
@@ -205,13 +204,6 @@ export class ToolCatalog {
       return outcome.ok ? { ok: true, result: outcome.result } : { ok: false, error: outcome.error }
     }
   }
-}
-
-/** A client tool's output as runTool would take a server tool's result: `{ok: false}` is logical, the rest is cut to maxBytes. */
-function clientOutcome(name: string, output: unknown, maxBytes: number): ToolOutcome {
-  if (isLogicalFailure(output)) return { ok: false, error: capDetail(classifyToolError({ name }, output), maxBytes) }
-  const capped = capResult(output, maxBytes)
-  return capped.ok ? { ok: true, result: capped.result } : { ok: false, error: capped.error }
 }
 
 function hasServerTool(tools: SessionToolSet): boolean {

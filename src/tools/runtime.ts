@@ -3,7 +3,7 @@ import { classified } from '../errors/classified.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import { checkToolInput } from './json-schema.ts'
 import { truncateUtf8, truncationNote } from './output.ts'
-import { classifyToolError, isLogicalFailure, toolInterrupted, toolTimeout } from './tool-errors.ts'
+import { classifyToolError, isLogicalFailure, toolInterrupted, toolTimeout, type ClassifyOptions, type ToolAdvisor } from './tool-errors.ts'
 import type { Tool, ToolContext } from './types.ts'
 
 export interface RunToolOptions {
@@ -59,13 +59,11 @@ export async function runTool(tool: Tool, rawInput: unknown, ctx: ToolContext, o
     if (settled.kind === 'aborted') {
       return failed(timedOut ? toolTimeout(tool, opts.timeoutMs, rawInput) : toolInterrupted(tool.name))
     }
-    if (settled.kind === 'error' || isLogicalFailure(settled.value)) {
-      const failure = settled.kind === 'error' ? settled.error : settled.value
-      return failed(capDetail(classifyToolError(tool, failure, rawInput, { workspace: ctx.workspace }), opts.maxOutputBytes))
+    if (settled.kind === 'error') {
+      return failed(capDetail(classifyToolError(tool, settled.error, rawInput, { workspace: ctx.workspace }), opts.maxOutputBytes))
     }
-    const capped = capResult(settled.value, opts.maxOutputBytes)
-    if (!capped.ok) return failed(capped.error)
-    return { ok: true, result: capped.result, truncated: capped.truncated, durationMs: elapsed() }
+    const answer = answerOutcome(tool, settled.value, opts.maxOutputBytes, rawInput, { workspace: ctx.workspace })
+    return answer.ok ? { ...answer, durationMs: elapsed() } : failed(answer.error)
   } catch (err) {
     return failed(classifyToolError(tool, err, rawInput, { workspace: ctx.workspace }))
   } finally {
@@ -75,6 +73,16 @@ export async function runTool(tool: Tool, rawInput: unknown, ctx: ToolContext, o
 }
 
 type Capped = { ok: true; result: unknown; truncated: boolean } | { ok: false; error: ClassifiedError }
+
+/**
+ * What a tool answered, as its outcome: `{ok: false, …}` is its logical failure (classified, its
+ * message and detail capped), anything else its result, cut to `maxBytes` with a note. A server
+ * tool's return value (runTool) and a client tool's posted output go through it alike.
+ */
+export function answerOutcome(tool: ToolAdvisor, value: unknown, maxBytes: number, input?: unknown, options?: ClassifyOptions): Capped {
+  if (isLogicalFailure(value)) return { ok: false, error: capDetail(classifyToolError(tool, value, input, options), maxBytes) }
+  return capResult(value, maxBytes)
+}
 
 /**
  * Keeps a result within `maxBytes` of JSON. A string is cut directly; anything else too large
