@@ -3,6 +3,7 @@ import { Agent, request, type Dispatcher } from 'undici'
 import { classified } from '../errors/classified.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
+import { basicAuthorization, withoutCredentials } from '../tools/url-credentials.ts'
 import type { HookDefinition } from './config.ts'
 
 /** Largest hook answer read; a policy decision or a redacted output is far smaller. */
@@ -81,7 +82,8 @@ export class HookClient {
     }
     if (delivery.requestId) headers['x-request-id'] = delivery.requestId
     if (hook.secret) headers['x-agentd-signature'] = signBody(hook.secret, body)
-    const { url, authorization } = splitCredentials(hook.url)
+    const target = new URL(hook.url)
+    const authorization = basicAuthorization(target)
     if (authorization) headers['authorization'] = authorization
     const deadline = AbortSignal.timeout(hook.timeoutMs)
     const signal = delivery.signal ? AbortSignal.any([delivery.signal, deadline]) : deadline
@@ -89,7 +91,7 @@ export class HookClient {
     let size = 0
     let status: number
     try {
-      const response = await request(url, { method: 'POST', headers, body, signal, dispatcher: this.#dispatcher })
+      const response = await request(withoutCredentials(target), { method: 'POST', headers, body, signal, dispatcher: this.#dispatcher })
       status = response.statusCode
       for await (const chunk of response.body as AsyncIterable<Buffer>) {
         size += chunk.length
@@ -129,27 +131,8 @@ export class HookClient {
   }
 }
 
-/** undici sends no credentials from a URL's user info: `user:password@` becomes Basic authorization. */
-function splitCredentials(raw: string): { url: string; authorization: string | null } {
-  const parsed = new URL(raw)
-  if (parsed.username === '' && parsed.password === '') return { url: raw, authorization: null }
-  const pair = `${decoded(parsed.username)}:${decoded(parsed.password)}`
-  parsed.username = ''
-  parsed.password = ''
-  return { url: parsed.href, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
-}
-
 /** The URL as events and logs show it: no credentials, query string or fragment, which may carry a secret. */
 export function shownUrl(url: string): string {
   const parsed = new URL(url)
   return `${parsed.protocol}//${parsed.host}${parsed.pathname}`
-}
-
-/** A URL's user info decoded; a stray % (which the URL parser keeps as is) stays as written. */
-function decoded(part: string): string {
-  try {
-    return decodeURIComponent(part)
-  } catch {
-    return part
-  }
 }

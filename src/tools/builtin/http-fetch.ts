@@ -7,6 +7,7 @@ import { ToolFailure } from '../tool-errors.ts'
 import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
 import { truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
+import { basicAuthorization, withoutCredentials } from '../url-credentials.ts'
 
 const Method = Type.Union(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'].map((m) => Type.Literal(m)))
 
@@ -65,15 +66,15 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       })
       try {
         for (let redirects = 0; ; redirects++) {
-          pins.set(url.hostname.toLowerCase(), await resolveChecked(shown(url), opts, opts.resolve))
+          pins.set(url.hostname.toLowerCase(), await resolveChecked(withoutCredentials(url), opts, opts.resolve))
           const response = await send(agent, url, method, withUrlCredentials(headers, url), body, ctx.signal)
           const location = header(response.headers, 'location')
           if (!redirectStatuses.has(response.statusCode) || location === undefined) {
-            return await readResponse(response, shown(url), redirects, opts.maxBytes)
+            return await readResponse(response, withoutCredentials(url), redirects, opts.maxBytes)
           }
           await response.body.dump()
           if (redirects >= opts.maxRedirects) {
-            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: shown(url).href, reason: 'too_many_redirects' })
+            throw new ToolFailure('IO_ERROR', `Stopped after ${opts.maxRedirects} redirects.`, { url: withoutCredentials(url).href, reason: 'too_many_redirects' })
           }
           const next = redirectTarget(location, url)
           if (response.statusCode === 303 || ((response.statusCode === 301 || response.statusCode === 302) && method === 'POST')) {
@@ -140,19 +141,9 @@ function checkedHeaders(given: Record<string, string>): Record<string, string> {
  * the caller gave an Authorization header of its own. Each hop's URL decides (a redirect elsewhere carries none).
  */
 function withUrlCredentials(headers: Record<string, string>, url: URL): Record<string, string> {
-  if (url.username === '' && url.password === '') return headers
-  if (Object.keys(headers).some((k) => k.toLowerCase() === 'authorization')) return headers
-  const pair = `${decoded(url.username)}:${decoded(url.password)}`
-  return { ...headers, authorization: `Basic ${Buffer.from(pair, 'utf8').toString('base64')}` }
-}
-
-/** The URL as results show it: without user info, which may carry a password. */
-function shown(url: URL): URL {
-  if (url.username === '' && url.password === '') return url
-  const copy = new URL(url.href)
-  copy.username = ''
-  copy.password = ''
-  return copy
+  const authorization = basicAuthorization(url)
+  if (authorization === null || Object.keys(headers).some((k) => k.toLowerCase() === 'authorization')) return headers
+  return { ...headers, authorization }
 }
 
 /** Where a redirect leads, or IO_ERROR (bad_redirect) when its Location is no http(s) URL: the server's fault, not the caller's. */
@@ -162,11 +153,11 @@ function redirectTarget(location: string, from: URL): URL {
     next = new URL(location, from)
   } catch {
     throw new ToolFailure('IO_ERROR', `${from.host} redirected to ${JSON.stringify(location.slice(0, 200))}, which is not a valid URL.`,
-      { url: shown(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
+      { url: withoutCredentials(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
   }
   if (next.protocol !== 'http:' && next.protocol !== 'https:') {
     throw new ToolFailure('IO_ERROR', `${from.host} redirected to a ${next.protocol} URL; only http and https are followed.`,
-      { url: shown(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
+      { url: withoutCredentials(from).href, location: location.slice(0, 200), reason: 'bad_redirect' }, { retryable: false })
   }
   return next
 }
@@ -199,12 +190,12 @@ async function send(
     const code = errnoOf(err)
     if (brokenAnswer(err)) {
       throw new ToolFailure('IO_ERROR', `${url.host} answered with a broken HTTP response: ${(err as Error).message}`,
-        { url: shown(url).href, reason: 'bad_answer', ...(code !== undefined ? { errno: code } : {}) }, { retryable: false, cause: err })
+        { url: withoutCredentials(url).href, reason: 'bad_answer', ...(code !== undefined ? { errno: code } : {}) }, { retryable: false, cause: err })
     }
     throw new ToolFailure(
       errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
       `The request to ${url.host} failed: ${(err as Error).message}`,
-      { url: shown(url).href, ...(code !== undefined ? { errno: code } : {}) },
+      { url: withoutCredentials(url).href, ...(code !== undefined ? { errno: code } : {}) },
       { errorType: 'runtime', cause: err }
     )
   }
@@ -299,13 +290,4 @@ const decoders: Readonly<Record<string, () => Transform>> = {
 function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
   const value = headers[name]
   return Array.isArray(value) ? value[0] : value
-}
-
-/** A URL's user info decoded; a stray % (which the URL parser keeps as is) stays as written. */
-function decoded(part: string): string {
-  try {
-    return decodeURIComponent(part)
-  } catch {
-    return part
-  }
 }
