@@ -9,6 +9,7 @@ import { errnoFamily, errnoOf } from '../errors/errno.ts'
 import type { ErrorType } from '../schemas/common.ts'
 import { ModelError } from './types.ts'
 import { StreamEventTooLarge } from './sse.ts'
+import { retryAfterMs } from '../retry-after.ts'
 
 /** The model codes of SPEC 5.1. */
 export type ModelErrorCode =
@@ -317,10 +318,5 @@ export function parseRetryAfter(headers: HeaderLookup | Record<string, string | 
     const value = Number(ms)
     if (Number.isFinite(value) && value >= 0) return Math.round(value)
   }
-  const after = get('retry-after')
-  if (after === null || after.trim() === '') return null
-  const seconds = Number(after)
-  if (Number.isFinite(seconds)) return seconds >= 0 ? Math.round(seconds * 1000) : null
-  const date = Date.parse(after)
-  return Number.isNaN(date) ? null : Math.max(0, date - now)
+  return retryAfterMs(get('retry-after'), now)
 }

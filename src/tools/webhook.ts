@@ -1,5 +1,6 @@
 import { request, type Dispatcher } from 'undici'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
+import { retryAfterMs } from '../retry-after.ts'
 import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
@@ -90,7 +91,8 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
       }
       const status = response.statusCode
       if (status < 200 || status > 299) {
-        const retryAfterMs = retryAfter(response.headers['retry-after'])
+        const header = response.headers['retry-after']
+        const retryAfter = retryAfterMs(Array.isArray(header) ? header[0] : header)
         // Only a server that is busy or failing may answer otherwise next time; a 3xx or 4xx answers the same call the same way.
         const transient = status === 408 || status === 429 || status >= 500
         throw new ToolFailure(
@@ -98,7 +100,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           `The webhook answered HTTP ${status}.`,
           {
             url: redacted(url), status, reason: 'webhook_status', body: buffer.text().slice(0, 500),
-            ...(retryAfterMs !== null ? { retryAfterMs } : {})
+            ...(retryAfter !== null ? { retryAfterMs: retryAfter } : {})
           },
           { errorType: 'runtime', retryable: transient }
         )
@@ -153,16 +155,6 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
       return undefined
     }
   }
-}
-
-/** A Retry-After header (seconds or an HTTP date) in milliseconds; null when absent or unusable. */
-function retryAfter(value: string | string[] | undefined): number | null {
-  const text = (Array.isArray(value) ? value[0] : value)?.trim()
-  if (!text) return null
-  const seconds = Number(text)
-  if (Number.isFinite(seconds)) return seconds >= 0 ? Math.round(seconds * 1000) : null
-  const date = Date.parse(text)
-  return Number.isNaN(date) ? null : Math.max(0, date - Date.now())
 }
 
 /** The URL as errors and events show it: no query string or fragment, which may carry a secret. */
