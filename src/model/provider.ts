@@ -292,11 +292,11 @@ function readDelta(choice: ChatCompletionChunk.Choice): Delta {
   // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
   const reasoning = raw['reasoning_content'] ?? raw['reasoning']
   const delta: Delta = {
-    content: text(raw['content'], 'delta.content'),
-    reasoning: text(reasoning, raw['reasoning_content'] == null ? 'delta.reasoning' : 'delta.reasoning_content'),
+    content: stringField(raw['content'], 'delta.content'),
+    reasoning: stringField(reasoning, raw['reasoning_content'] == null ? 'delta.reasoning' : 'delta.reasoning_content'),
     toolCalls: [],
     toolCallsLength: 0,
-    finishReason: choice.finish_reason == null ? null : text(choice.finish_reason, 'finish_reason')
+    finishReason: choice.finish_reason == null ? null : stringField(choice.finish_reason, 'finish_reason')
   }
   const toolCalls = raw['tool_calls']
   if (toolCalls == null) return delta
@@ -307,16 +307,16 @@ function readDelta(choice: ChatCompletionChunk.Choice): Delta {
     const fn = (fragment as Record<string, unknown>)['function'] ?? {}
     if (typeof fn !== 'object' || fn === null) throw wrongType(`delta.tool_calls[${i}].function`, 'an object', fn)
     if (index != null && !Number.isSafeInteger(index)) throw wrongType(`delta.tool_calls[${i}].index`, 'a whole number', index)
-    const name = text((fn as Record<string, unknown>)['name'], `delta.tool_calls[${i}].function.name`)
-    const args = text((fn as Record<string, unknown>)['arguments'], `delta.tool_calls[${i}].function.arguments`)
-    delta.toolCalls.push({ index: index == null ? undefined : index as number, id: text(id, `delta.tool_calls[${i}].id`), name, arguments: args })
+    const name = stringField((fn as Record<string, unknown>)['name'], `delta.tool_calls[${i}].function.name`)
+    const args = stringField((fn as Record<string, unknown>)['arguments'], `delta.tool_calls[${i}].function.arguments`)
+    delta.toolCalls.push({ index: index == null ? undefined : index as number, id: stringField(id, `delta.tool_calls[${i}].id`), name, arguments: args })
     delta.toolCallsLength += name.length + args.length
   }
   return delta
 }
 
 /** A string field of a delta; absent or null is ''. */
-function text(value: unknown, field: string): string {
+function stringField(value: unknown, field: string): string {
   if (value == null) return ''
   if (typeof value !== 'string') throw wrongType(field, 'a string', value)
   return value
