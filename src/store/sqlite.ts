@@ -65,6 +65,14 @@ const BUSY_CHECKPOINT_COMMITS = 200
  */
 const WAL_PAGES_BACKSTOP = 10_000
 
+/**
+ * Events a deleted session loses per write (deleteSession): a few ms of the event loop each, the
+ * oldest first and never its newest. The subquery walks the primary key from the session's start.
+ */
+const PURGE_ROWS = 4000
+const PURGE_EVENTS = `DELETE FROM events WHERE session_id = ? AND seq < ? AND seq IN
+  (SELECT seq FROM events WHERE session_id = ? AND seq < ? ORDER BY seq LIMIT ?)`
+
 /** Thrown when the store was used after close(); the routes turn it into 503 UNAVAILABLE. */
 export class StoreClosedError extends Error {
   readonly code = 'STORE_CLOSED'
@@ -232,6 +240,8 @@ export class SqliteStore implements Store {
    * once per session, not per event.
    */
   readonly #lastSeq = new Map<string, number>()
+  /** Sessions whose deletion has begun (deleteSession): not found by getSession any more. */
+  readonly #deleting = new Set<string>()
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
   #seqUndo: Array<{ sessionId: string; last: number | undefined }> | null = null
 
@@ -648,6 +658,7 @@ export class SqliteStore implements Store {
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
+    if (this.#deleting.has(id)) return null
     const row = this.#hot.session.get(id, tenant) as Row | undefined
     return row ? toSession(row) : null
   }
@@ -669,13 +680,32 @@ export class SqliteStore implements Store {
     return row ? Number(row.sessions) : 0
   }
 
+  /**
+   * A session's events go first, PURGE_ROWS at a time, each piece a write of its own in the group
+   * commits (the event loop runs every other session's work between them); then the session row,
+   * whose cascade takes its messages, runs and tool calls (a tenth of its events' rows, or fewer). One transaction for all of it held the
+   * event loop ~1 µs an event (a session of a million events: a second, for every tenant).
+   * Meanwhile getSession no longer finds it. The newest event stays to the last piece, so that a
+   * deletion cut short (the process stopped) leaves a session that still knows its newest seq
+   * and hands none out twice; it has lost only its oldest events, and a new deletion finishes.
+   */
   async deleteSession(tenant: string, id: string): Promise<boolean> {
-    return this.#write(() => {
-      const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
-      if (Number(result.changes) === 0) return false
-      this.#lastSeq.delete(id)
-      return true
-    })
+    if (this.#deleting.has(id) || !(await this.getSession(tenant, id))) return false
+    this.#deleting.add(id)
+    try {
+      const newest = this.#currentSeq(id) ?? 0
+      let removed: number
+      do removed = await this.#write(() => Number(this.#stmt(PURGE_EVENTS).run(id, newest, id, newest, PURGE_ROWS).changes))
+      while (removed === PURGE_ROWS)
+      return await this.#write(() => {
+        const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
+        if (Number(result.changes) === 0) return false
+        this.#lastSeq.delete(id)
+        return true
+      })
+    } finally {
+      this.#deleting.delete(id)
+    }
   }
 
   /** The session's newest seq, including this batch's uncommitted events; undefined when there is no such session. */

@@ -31,7 +31,7 @@ export interface Store {
   commit(writes: readonly StoreWrite[]): Promise<EventRecord[]>
 
   createSession(session: SessionRecord): Promise<void>
-  /** A session of this tenant, or null (also for another tenant's or a deleted session). */
+  /** A session of this tenant, or null (also for another tenant's, a deleted one, or one whose deletion has begun). */
   getSession(tenant: string, id: string): Promise<SessionRecord | null>
   /** A session whatever its tenant: for the service's own work (recovery), never for a request. */
   getSessionById(id: string): Promise<SessionRecord | null>

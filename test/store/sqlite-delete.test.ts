@@ -1,0 +1,103 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import type { NewEvent, StoreWrite } from '../../src/store/store.ts'
+import { tempDir } from '../helpers/app.ts'
+import { testSession } from './contract.ts'
+
+/**
+ * Deleting a session takes its rows with it. On SQLite that work runs on the event loop, so a
+ * session of many events must go in bounded pieces, not in one transaction that holds every
+ * other session of every tenant waiting (55 000 events blocked the loop for ~165 ms).
+ */
+
+const EVENTS = 250_000
+
+function textChunk(sessionId: string, i: number): StoreWrite {
+  const event: NewEvent = {
+    sessionId, runId: 'run_big', channel: 'progress', type: 'text_chunk', at: new Date().toISOString(), requestId: 'req_big',
+    data: { step: 1, delta: `chunk ${i} of a long answer` }
+  }
+  return { type: 'event', event }
+}
+
+/** The longest time the event loop went without running a 1 ms interval while `work` ran. */
+async function longestStall(work: () => Promise<unknown>): Promise<number> {
+  let last = performance.now()
+  let longest = 0
+  const tick = setInterval(() => {
+    const now = performance.now()
+    longest = Math.max(longest, now - last)
+    last = now
+  }, 1)
+  try {
+    await work()
+    longest = Math.max(longest, performance.now() - last)
+  } finally {
+    clearInterval(tick)
+  }
+  return longest
+}
+
+t.test('a session of many events is deleted without stalling the event loop, and hidden while it goes', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_big'))
+  await store.createSession(testSession('ses_other'))
+  for (let i = 0; i < EVENTS; i += 2000) {
+    await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_big', i + j)))
+  }
+  await store.commit([{ type: 'message', message: { id: 'msg_big', sessionId: 'ses_big', runId: null, role: 'user', content: 'hi', createdAt: new Date().toISOString() } }])
+  t.equal((await store.getSession('t', 'ses_big'))?.lastSeq, EVENTS)
+
+  let seenWhileDeleting: unknown = 'not looked'
+  let otherWritesWhileDeleting = 0
+  const stall = await longestStall(async () => {
+    const deleting = store.deleteSession('t', 'ses_big')
+    // Another session's writes and reads go on meanwhile, and the session being deleted is gone for requests at once.
+    await new Promise((resolve) => setTimeout(resolve, 5))
+    seenWhileDeleting = await store.getSession('t', 'ses_big')
+    while (!(await Promise.race([deleting.then(() => true), new Promise((resolve) => setTimeout(resolve, 2, false))]))) {
+      await store.commit([{ type: 'event', event: { sessionId: 'ses_other', runId: null, channel: 'monitor', type: 'tick', at: new Date().toISOString(), requestId: null, data: {} } }])
+      otherWritesWhileDeleting++
+    }
+    t.equal(await deleting, true, 'the deletion reports the session was there')
+  })
+  t.equal(seenWhileDeleting, null, 'a session being deleted is not found')
+  t.ok(otherWritesWhileDeleting > 0, `other sessions' writes committed while it was deleted (${otherWritesWhileDeleting})`)
+  // One transaction for all of it blocked the loop for ~270 ms here; pieces of a few thousand rows take a few ms each.
+  t.ok(stall < 60, `the event loop's longest stall while ${EVENTS} events were deleted: ${stall.toFixed(1)} ms`)
+
+  t.equal(await store.getSession('t', 'ses_big'), null)
+  t.same(await store.listEvents('ses_big', { after: 0 }), [], 'its events are gone')
+  t.same(await store.listMessages('ses_big'), [], 'its messages are gone')
+  t.equal(await store.countSessions('t'), 1)
+  t.equal(await store.deleteSession('t', 'ses_big'), false, 'a second deletion finds nothing')
+  t.equal((await store.listEvents('ses_other', { after: 0 })).length, otherWritesWhileDeleting, 'the other session kept every event')
+})
+
+t.test('a deletion cut short leaves a session that keeps its seq numbers, and is finished by the next one', async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  const store = new SqliteStore(path)
+  await store.migrate()
+  await store.createSession(testSession('ses_cut'))
+  for (let i = 0; i < 12_000; i += 2000) await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_cut', i + j)))
+  // The process stops mid-deletion: the store is closed while the pieces are still being removed.
+  const deleting = store.deleteSession('t', 'ses_cut').catch((err: Error) => err)
+  await new Promise((resolve) => setImmediate(resolve))
+  await new Promise((resolve) => setImmediate(resolve))
+  await store.close()
+  t.match(await deleting, { code: 'STORE_CLOSED' }, 'the deletion did not finish')
+
+  const reopened = new SqliteStore(path)
+  t.teardown(() => reopened.close())
+  await reopened.migrate()
+  const left = await reopened.getSession('t', 'ses_cut')
+  t.equal(left?.lastSeq, 12_000, 'the session is still there, its newest seq kept')
+  t.ok((await reopened.listEvents('ses_cut', { after: 0 })).length < 12_000, 'some of its oldest events went')
+  const [next] = await reopened.commit([textChunk('ses_cut', 12_000)])
+  t.equal(next?.seq, 12_001, 'no seq is handed out twice')
+  t.equal(await reopened.deleteSession('t', 'ses_cut'), true, 'deleting it again finishes the job')
+  t.same(await reopened.listEvents('ses_cut', { after: 0 }), [])
+})
