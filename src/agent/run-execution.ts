@@ -57,14 +57,14 @@ export class RunExecution {
     try {
       // The history is read before the run's first unit is handed over, so that it never holds
       // the message that unit stores, whatever the store's timing.
-      const history = await ctx.deps.store.listMessages(ctx.session.id)
+      const { messages: history, offset } = await ctx.deps.store.listContextMessages(ctx.session.id)
       const message: MessageRecord = {
         id: ctx.run.messageId, sessionId: ctx.session.id, runId: ctx.run.id, role: 'user', content: ctx.run.input, createdAt: now()
       }
       // The first model call goes out while the run's start is committed.
       ctx.commitSoon([...ctx.statusChange('running'), { type: 'message', message }])
       history.push(message)
-      const { reason, answer } = await this.#loop(history)
+      const { reason, answer } = await this.#loop(history, offset)
       // Alone, the answer's text is committed (and sent) before the run's end is: the end's writes
       // (the message, the run and session updates, four events) would otherwise delay its frames
       // (README, Decisions: first text 0.94-0.99 of before, e2e 1.00-1.05). With other runs in the
@@ -104,11 +104,12 @@ export class RunExecution {
   }
 
   /** Runs the steps; a final answer comes back as writes (`answer`) for the run's end to commit with it. */
-  async #loop(history: MessageRecord[]): Promise<{ reason: DoneReason; answer?: StoreWrite[] }> {
+  /** `history`: the stored messages from `offset` on, those before it being stood for by the newest summary. */
+  async #loop(history: MessageRecord[], offset: number): Promise<{ reason: DoneReason; answer?: StoreWrite[] }> {
     const ctx = this.#ctx
     const context = new ContextWindow({
       session: ctx.session, defaultTokens: ctx.deps.contextTokens, tools: this.#hooks.tools.definitions, model: ctx.deps.model,
-      runId: ctx.run.id, requestId: ctx.run.requestId, signal: ctx.signal, logger: ctx.log,
+      historyOffset: offset, runId: ctx.run.id, requestId: ctx.run.requestId, signal: ctx.signal, logger: ctx.log,
       commit: (writes) => ctx.commit(writes),
       event: (channel, type, data) => ctx.event(channel, type, data),
       emit: (channel, type, data) => ctx.emit(channel, type, data),

@@ -138,5 +138,12 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
         sent_at timestamptz NOT NULL DEFAULT now()
       );
     `
+  },
+  {
+    version: 2,
+    name: 'summaries found by index',
+    // A run reads its history from the newest summary on (listContextMessages): found here
+    // without reading the messages before it.
+    sql: `CREATE INDEX messages_summaries ON messages (session_id, pos) WHERE role = 'summary';`
   }
 ]

@@ -318,6 +318,14 @@ export class PostgresStore implements Store {
     return rows.map(toMessage)
   }
 
+  async listContextMessages(sessionId: string): Promise<{ messages: MessageRecord[]; offset: number }> {
+    const { rows: [summary] } = await this.#query(
+      `SELECT replaces_messages FROM messages WHERE session_id = $1 AND role = 'summary' ORDER BY pos DESC LIMIT 1`, [sessionId])
+    const offset = Number(summary?.replaces_messages ?? 0)
+    const { rows } = await this.#query('SELECT * FROM messages WHERE session_id = $1 ORDER BY pos OFFSET $2', [sessionId, offset])
+    return { messages: rows.map(toMessage), offset }
+  }
+
   async pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null> {
     let pos = '0'
     if (options.after !== undefined) {

@@ -142,5 +142,12 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
     // A session's newest seq is its newest event's (the events' primary key finds it in one
     // descent): keeping it in the sessions row wrote that row in every transaction with events.
     sql: 'ALTER TABLE sessions DROP COLUMN last_seq;'
+  },
+  {
+    version: 6,
+    name: 'summaries found by index',
+    // A run reads its history from the newest summary on (listContextMessages): found here
+    // without reading the messages before it.
+    sql: `CREATE INDEX messages_summaries ON messages (session_id, pos) WHERE role = 'summary';`
   }
 ]

@@ -139,6 +139,8 @@ class HotStatements {
   readonly countSessions: StatementSync
   readonly eventsAfter: StatementSync
   readonly messages: StatementSync
+  readonly newestSummary: StatementSync
+  readonly messagesFrom: StatementSync
   /** INSERT of n events at index n - 1, prepared when a unit first needs that many. */
   readonly insertEvents: Array<StatementSync | undefined> = []
   /** UPDATE of a run, by the set of fields its patch changes (a bit per RUN_FIELDS entry). */
@@ -171,6 +173,8 @@ class HotStatements {
     this.countSessions = db.prepare('SELECT sessions FROM tenant_stats WHERE tenant = ?')
     this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?')
     this.messages = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos')
+    this.newestSummary = db.prepare(`SELECT replaces_messages FROM messages WHERE session_id = ? AND role = 'summary' ORDER BY pos DESC LIMIT 1`)
+    this.messagesFrom = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos LIMIT -1 OFFSET ?')
   }
 
   /** The INSERT of `rows` events (1 to EVENT_ROWS). */
@@ -740,6 +744,13 @@ export class SqliteStore implements Store {
   async listMessages(sessionId: string): Promise<MessageRecord[]> {
     const rows = this.#hot.messages.all(sessionId) as Row[]
     return rows.map(toMessage)
+  }
+
+  async listContextMessages(sessionId: string): Promise<{ messages: MessageRecord[]; offset: number }> {
+    const summary = this.#hot.newestSummary.get(sessionId) as Row | undefined
+    const offset = Number(summary?.replaces_messages ?? 0)
+    const rows = this.#hot.messagesFrom.all(sessionId, offset) as Row[]
+    return { messages: rows.map(toMessage), offset }
   }
 
   async pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null> {

@@ -56,6 +56,14 @@ export interface Store {
 
   listMessages(sessionId: string): Promise<MessageRecord[]>
   /**
+   * What a run builds its model context from (SPEC 12): the session's messages after the first
+   * `replacesMessages` of its newest summary (the summary among them, as it is stored after the
+   * messages it stands for), and how many were left unread before them (`offset`). The whole
+   * history, offset 0, while the session has no summary. A long session is read from its newest
+   * summary on, not from its first message, at every run's start.
+   */
+  listContextMessages(sessionId: string): Promise<{ messages: MessageRecord[]; offset: number }>
+  /**
    * At most `limit` messages of the session in order, after the message `after` (from the first
    * when omitted); null when `after` is not a message of this session.
    */

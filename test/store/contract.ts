@@ -278,4 +278,24 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     await store.forkSession('ses_s', session('ses_sf'), 0, { newMessageId: () => `msg_f${++ids}`, sealedAnswer: () => 'sealed' })
     t.match(await store.listMessages('ses_sf'), [{ role: 'user' }, { role: 'summary', content: 'earlier: hello', replacesMessages: 1 }])
   })
+
+  t.test('a run\'s context is read from the newest summary on', async (t) => {
+    const store = await open(t)
+    await store.createSession(session('ses_c'))
+    const ids = (listed: { messages: MessageRecord[]; offset: number }) => ({ offset: listed.offset, ids: listed.messages.map((m) => m.id) })
+    t.same(ids(await store.listContextMessages('ses_c')), { offset: 0, ids: [] }, 'a new session has none')
+    await store.commit(['msg_1', 'msg_2', 'msg_3'].map((id) => ({ type: 'message' as const, message: message(id, 'ses_c') })))
+    t.same(ids(await store.listContextMessages('ses_c')), { offset: 0, ids: ['msg_1', 'msg_2', 'msg_3'] }, 'without a summary, all of it')
+    await store.commit([
+      { type: 'message', message: message('msg_s1', 'ses_c', { role: 'summary', content: 'first two', replacesMessages: 2 }) },
+      { type: 'message', message: message('msg_4', 'ses_c') }
+    ])
+    t.same(ids(await store.listContextMessages('ses_c')), { offset: 2, ids: ['msg_3', 'msg_s1', 'msg_4'] }, 'from what the summary does not stand for')
+    await store.commit([
+      { type: 'message', message: message('msg_5', 'ses_c') },
+      { type: 'message', message: message('msg_s2', 'ses_c', { role: 'summary', content: 'first five', replacesMessages: 5 }) }
+    ])
+    t.same(ids(await store.listContextMessages('ses_c')), { offset: 5, ids: ['msg_5', 'msg_s2'] }, 'the newest summary counts')
+    t.equal((await store.listMessages('ses_c')).length, 7, 'the stored conversation keeps every message')
+  })
 }

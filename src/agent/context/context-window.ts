@@ -19,6 +19,8 @@ export interface ContextWindowOptions {
   commit(writes: StoreWrite[]): Promise<unknown>
   /** An event of the run as a write of a unit of work. */
   event(channel: EventChannel, type: string, data: Record<string, unknown>): StoreWrite
+  /** The session's stored messages before the history that fit() is given: those its newest summary stands for, left unread. */
+  historyOffset: number
   runId: string
   requestId: string
   signal: AbortSignal
@@ -55,20 +57,20 @@ export class ContextWindow {
     const { session } = this.#options
     if (!harder) {
       const bytes: PlanOptions = this.#planOptions(byteCounter, false)
-      const bound = planContext(history, bytes)
+      const bound = planContext(history, bytes, this.#options.historyOffset)
       if (bound.tokensBefore <= bytes.budget) return assembleContext(bound, this.#storedBridge(bound.view.summary), bytes).messages
     }
     this.#counter ??= memoized(await tokenCounterFor(session.model))
     await this.#counter.prime(textsOf(history))
     const options = this.#planOptions(this.#counter, harder)
-    const plan = planContext(history, options)
+    const plan = planContext(history, options, this.#options.historyOffset)
     const stored = plan.view.summary
     let bridge = this.#storedBridge(stored)
     let method: 'tool_outputs' | 'summary' | 'truncation' | null = plan.cuts.size > 0 ? 'tool_outputs' : null
     let summaryMessageId: string | null = null
 
     if (plan.older.length > 0) {
-      const replacesMessages = plan.kept[0]?.start ?? history.length
+      const replacesMessages = plan.kept[0]?.start ?? this.#options.historyOffset + history.length
       const previous = stored?.content ?? null
       const written = await this.#summarise(previous, plan, options)
       if (written) {

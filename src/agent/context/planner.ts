@@ -22,10 +22,14 @@ export interface HistoryView {
   current: number
 }
 
-/** Builds the view: the newest summary hides the messages it stands for; other summaries and orphaned results are not sent. */
-export function viewOf(history: MessageRecord[]): HistoryView {
+/**
+ * Builds the view: the newest summary hides the messages it stands for; other summaries and
+ * orphaned results are not sent. `offset`: the stored messages before `history[0]`, left unread
+ * because the newest summary stands for them (Store.listContextMessages).
+ */
+export function viewOf(history: MessageRecord[], offset = 0): HistoryView {
   const summary = history.findLast((m) => m.role === 'summary') ?? null
-  const from = summary?.replacesMessages ?? 0
+  const from = Math.max(0, (summary?.replacesMessages ?? 0) - offset)
   const turns: Turn[] = []
   const turnOfCall = new Map<string, Turn>()
   for (let i = from; i < history.length; i++) {
@@ -35,7 +39,7 @@ export function viewOf(history: MessageRecord[]): HistoryView {
       turnOfCall.get(message.toolCallId ?? '')?.messages.push(message)
       continue
     }
-    const turn: Turn = { messages: [message], start: i }
+    const turn: Turn = { messages: [message], start: offset + i }
     turns.push(turn)
     for (const call of message.toolCalls ?? []) turnOfCall.set(call.id, turn)
   }
@@ -75,9 +79,9 @@ export interface ContextPlan {
  * as many recent turns as fit in 70% of the budget (50% when compacting harder), so that the next
  * calls do not summarise again at once.
  */
-export function planContext(history: MessageRecord[], options: PlanOptions): ContextPlan {
+export function planContext(history: MessageRecord[], options: PlanOptions, offset = 0): ContextPlan {
   const { budget, counter } = options
-  const view = viewOf(history)
+  const view = viewOf(history, offset)
   // An eighth of the budget, and no more than a few pages: a summary is a digest, not a second history.
   const bridgeTokens = Math.max(64, Math.min(4096, Math.floor(budget / 8)))
   const cuts = new Map<string, string>()
