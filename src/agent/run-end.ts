@@ -70,7 +70,8 @@ export async function openCalls(ctx: RunContext): Promise<Array<{ call: MessageT
   const { store } = ctx.deps
   // The run's units still on their way are its answers too: read back once they have landed.
   await ctx.settle()
-  const messages = await store.listMessages(ctx.session.id)
+  // The run's own messages are never among those a summary stands for (its user message is the current turn).
+  const { messages } = await store.listContextMessages(ctx.session.id)
   const open: Array<{ call: MessageToolCall; record: ToolCallRecord }> = []
   for (const call of unansweredCalls(messages, ctx.run.id)) {
     const existing = await store.getToolCall(ctx.session.id, call.id)
