@@ -498,6 +498,27 @@ t.test('a Streamable HTTP server: headers, results, errors, progress, cancellati
   await until(t, 'the server shows as down', async () => (await tools(ctx)).servers[0]?.state !== 'up')
 })
 
+t.test('closing agentd ends its session on a Streamable HTTP server: a DELETE with the Mcp-Session-Id', async (t) => {
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  t.equal(http.sessions.length, 1, 'agentd has one session on the server')
+  t.same(http.deletes, [], 'which it keeps while it runs')
+  await ctx.app.close()
+  t.same(http.deletes, http.sessions, 'the session agentd was handed is ended on close')
+})
+
+t.test('a Streamable HTTP server that never answers the DELETE does not hold the close of agentd', async (t) => {
+  const http = await startMcpHttpServer({ holdDeletes: true })
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  const closing = Date.now()
+  await ctx.app.close()
+  const took = Date.now() - closing
+  t.same(http.deletes, http.sessions, 'the DELETE was sent')
+  t.ok(took < 6000, `agentd closed in ${took} ms`)
+})
+
 t.test('JSON-RPC errors are classified by code; a schema with allOf is still checked', async (t) => {
   const jsonrpc = new URL('../fixtures/mcp/jsonrpc-server.ts', import.meta.url).pathname
   const ctx = await appWithMcp(t, { rpc: { command: process.execPath, args: [jsonrpc] } })
