@@ -52,7 +52,7 @@ function parsed(content: string): unknown {
 
 async function tools(ctx: TestApp) {
   return (await ctx.app.inject({ method: 'GET', url: '/v1/tools' })).json() as {
-    data: Array<{ name: string; server?: string; parameters: Record<string, unknown> }>
+    data: Array<{ name: string; server?: string; description: string; parameters: Record<string, unknown> }>
     servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number; nextAttemptAt: string | null }>
   }
 }
@@ -411,6 +411,32 @@ t.test('a tool the server withdrew during a run is refused by agentd as no longe
   t.equal(withdrew, 'withdrew old')
   t.match(old, { ok: false, errorType: 'runtime', code: 'CONFIG_ERROR', retryable: false, detail: { reason: 'tool_withdrawn' } })
   t.match((old['recommendations'] as string[]).join(' '), /do not call raw__old again/i)
+})
+
+t.test('a tool description longer than providers accept is cut for the model; GET /v1/tools shows it whole', async (t) => {
+  const long = 'Looks a record up by its id and answers with every field of it. '.repeat(50).slice(0, 3000)
+  const smiles = '\u{1F600}'.repeat(1500)
+  const idDescription = 'The id of the record, as the ticket system shows it. '.repeat(60).slice(0, 3000)
+  const ctx = await appWithMcp(t, { raw: rawServer([
+    { name: 'lookup', description: long, inputSchema: { type: 'object', properties: { id: { type: 'string', description: idDescription } } } },
+    { name: 'smile', description: smiles, inputSchema: { type: 'object' } }
+  ]) })
+  const listed = (await tools(ctx)).data
+  t.equal(listed.find((tool) => tool.name === 'raw__lookup')?.description, long, 'GET /v1/tools shows all 3000 characters')
+  t.equal(listed.find((tool) => tool.name === 'raw__smile')?.description, smiles, 'and every emoji')
+
+  const ask = { type: 'client', name: 'ask_user', description: 'Asks the user a question. '.repeat(160).slice(0, 4000), parameters: { type: 'object', properties: {} } }
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['raw__*', ask] } })).json()
+  ctx.devModel.script({ text: 'nothing to look up' })
+  const { run } = (await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hello' } })).json()
+  t.equal(run.status, 'completed', 'the model call went through')
+  const offered = new Map((ctx.devModel.requests.at(-1)?.body.tools ?? []).flatMap((tool) => (tool.type === 'function' ? [[tool.function.name, tool.function] as const] : [])))
+  t.equal(offered.size, 3, 'the model is offered the three tools')
+  for (const [name, fn] of offered) t.ok(String(fn.description).length <= 1024, `${name}: the model got ${fn.description?.length} characters`)
+  t.equal(offered.get('raw__lookup')?.description, `${long.slice(0, 1023)}…`, 'cut at the limit, ending with …')
+  t.equal(offered.get('raw__smile')?.description, `${'\u{1F600}'.repeat(511)}…`, 'never inside a surrogate pair')
+  t.equal(offered.get('ask_user')?.description, `${ask.description.slice(0, 1023)}…`, "a client tool's too")
+  t.match(offered.get('raw__lookup')?.parameters, { properties: { id: { description: idDescription } } }, "a parameter's description is left whole")
 })
 
 t.test('a storm of list_changed notifications is followed by a few listings, not one each', async (t) => {
