@@ -220,8 +220,25 @@ const definitions = new WeakMap<ToolInfo, ChatCompletionTool>()
 function definitionOf(info: ToolInfo): ChatCompletionTool {
   let definition = definitions.get(info)
   if (!definition) {
-    definition = { type: 'function', function: { name: info.name, description: info.description, parameters: info.parameters } }
+    definition = { type: 'function', function: { name: info.name, description: modelDescription(info.description), parameters: info.parameters } }
     definitions.set(info, definition)
   }
   return definition
+}
+
+/**
+ * The longest function description OpenAI's chat completions accept: a longer one fails the
+ * whole request (400 "string too long"), so one long description of an MCP server's tool would
+ * fail every model call of every session that selects it. The parameters' descriptions are not
+ * capped that way and are left as written.
+ */
+const MAX_MODEL_DESCRIPTION = 1024
+
+/** A description as the model gets it: cut to MAX_MODEL_DESCRIPTION UTF-16 units with "…", never inside a surrogate pair. GET /v1/tools shows it whole. */
+function modelDescription(description: string): string {
+  if (description.length <= MAX_MODEL_DESCRIPTION) return description
+  let end = MAX_MODEL_DESCRIPTION - 1
+  const last = description.charCodeAt(end - 1)
+  if (last >= 0xd800 && last <= 0xdbff) end--
+  return `${description.slice(0, end)}…`
 }

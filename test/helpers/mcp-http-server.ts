@@ -14,7 +14,16 @@ export interface McpHttpServer {
   hanging: string[]
   /** Ids of the requests a client cancelled (notifications/cancelled reached the tool). */
   cancelled: string[]
+  /** The Mcp-Session-Id of each session it handed out, in order. */
+  sessions: string[]
+  /** The Mcp-Session-Id of each DELETE it got (a client ending its session), in order. */
+  deletes: Array<string | undefined>
   close(): Promise<void>
+}
+
+export interface McpHttpServerOptions {
+  /** Never answer a DELETE: a server that does not end sessions and does not say so. */
+  holdDeletes?: boolean
 }
 
 function buildServer(hanging: string[], cancelled: string[]): McpServer {
@@ -46,15 +55,21 @@ function buildServer(hanging: string[], cancelled: string[]): McpServer {
 }
 
 /** A Streamable HTTP MCP server built from the SDK's McpServer and StreamableHTTPServerTransport, on a loopback port. */
-export async function startMcpHttpServer(): Promise<McpHttpServer> {
+export async function startMcpHttpServer(options: McpHttpServerOptions = {}): Promise<McpHttpServer> {
   const transports = new Map<string, StreamableHTTPServerTransport>()
   const headers: IncomingMessage['headers'][] = []
   const hanging: string[] = []
   const cancelled: string[] = []
+  const sessions: string[] = []
+  const deletes: Array<string | undefined> = []
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     if (req.method === 'POST') headers.push(req.headers)
     const sessionId = req.headers['mcp-session-id']
+    if (req.method === 'DELETE') {
+      deletes.push(typeof sessionId === 'string' ? sessionId : undefined)
+      if (options.holdDeletes) return
+    }
     let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined
     if (!transport) {
       if (req.method !== 'POST') {
@@ -63,7 +78,10 @@ export async function startMcpHttpServer(): Promise<McpHttpServer> {
       }
       const created: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => void transports.set(id, created)
+        onsessioninitialized: (id) => {
+          sessions.push(id)
+          transports.set(id, created)
+        }
       })
       created.onclose = () => {
         if (created.sessionId) transports.delete(created.sessionId)
@@ -87,6 +105,8 @@ export async function startMcpHttpServer(): Promise<McpHttpServer> {
     headers,
     hanging,
     cancelled,
+    sessions,
+    deletes,
     async close() {
       for (const transport of transports.values()) await transport.close().catch(() => undefined)
       http.closeAllConnections()

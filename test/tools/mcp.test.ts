@@ -52,7 +52,7 @@ function parsed(content: string): unknown {
 
 async function tools(ctx: TestApp) {
   return (await ctx.app.inject({ method: 'GET', url: '/v1/tools' })).json() as {
-    data: Array<{ name: string; server?: string; parameters: Record<string, unknown> }>
+    data: Array<{ name: string; server?: string; description: string; parameters: Record<string, unknown> }>
     servers: Array<{ name: string; state: string; tools: number; lastError: string | null; restarts: number; nextAttemptAt: string | null }>
   }
 }
@@ -413,6 +413,32 @@ t.test('a tool the server withdrew during a run is refused by agentd as no longe
   t.match((old['recommendations'] as string[]).join(' '), /do not call raw__old again/i)
 })
 
+t.test('a tool description longer than providers accept is cut for the model; GET /v1/tools shows it whole', async (t) => {
+  const long = 'Looks a record up by its id and answers with every field of it. '.repeat(50).slice(0, 3000)
+  const smiles = '\u{1F600}'.repeat(1500)
+  const idDescription = 'The id of the record, as the ticket system shows it. '.repeat(60).slice(0, 3000)
+  const ctx = await appWithMcp(t, { raw: rawServer([
+    { name: 'lookup', description: long, inputSchema: { type: 'object', properties: { id: { type: 'string', description: idDescription } } } },
+    { name: 'smile', description: smiles, inputSchema: { type: 'object' } }
+  ]) })
+  const listed = (await tools(ctx)).data
+  t.equal(listed.find((tool) => tool.name === 'raw__lookup')?.description, long, 'GET /v1/tools shows all 3000 characters')
+  t.equal(listed.find((tool) => tool.name === 'raw__smile')?.description, smiles, 'and every emoji')
+
+  const ask = { type: 'client', name: 'ask_user', description: 'Asks the user a question. '.repeat(160).slice(0, 4000), parameters: { type: 'object', properties: {} } }
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['raw__*', ask] } })).json()
+  ctx.devModel.script({ text: 'nothing to look up' })
+  const { run } = (await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hello' } })).json()
+  t.equal(run.status, 'completed', 'the model call went through')
+  const offered = new Map((ctx.devModel.requests.at(-1)?.body.tools ?? []).flatMap((tool) => (tool.type === 'function' ? [[tool.function.name, tool.function] as const] : [])))
+  t.equal(offered.size, 3, 'the model is offered the three tools')
+  for (const [name, fn] of offered) t.ok(String(fn.description).length <= 1024, `${name}: the model got ${fn.description?.length} characters`)
+  t.equal(offered.get('raw__lookup')?.description, `${long.slice(0, 1023)}…`, 'cut at the limit, ending with …')
+  t.equal(offered.get('raw__smile')?.description, `${'\u{1F600}'.repeat(511)}…`, 'never inside a surrogate pair')
+  t.equal(offered.get('ask_user')?.description, `${ask.description.slice(0, 1023)}…`, "a client tool's too")
+  t.match(offered.get('raw__lookup')?.parameters, { properties: { id: { description: idDescription } } }, "a parameter's description is left whole")
+})
+
 t.test('a storm of list_changed notifications is followed by a few listings, not one each', async (t) => {
   const empty = { type: 'object', properties: {} }
   const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'storm', inputSchema: empty }, { name: 'lists', inputSchema: empty }]) })
@@ -496,6 +522,27 @@ t.test('a Streamable HTTP server: headers, results, errors, progress, cancellati
   const gone = await runCalls(ctx, { tools: ['remote__echo'] }, [{ name: 'remote__echo', arguments: { text: 'anyone?' } }])
   t.match(gone.toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true })
   await until(t, 'the server shows as down', async () => (await tools(ctx)).servers[0]?.state !== 'up')
+})
+
+t.test('closing agentd ends its session on a Streamable HTTP server: a DELETE with the Mcp-Session-Id', async (t) => {
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  t.equal(http.sessions.length, 1, 'agentd has one session on the server')
+  t.same(http.deletes, [], 'which it keeps while it runs')
+  await ctx.app.close()
+  t.same(http.deletes, http.sessions, 'the session agentd was handed is ended on close')
+})
+
+t.test('a Streamable HTTP server that never answers the DELETE does not hold the close of agentd', async (t) => {
+  const http = await startMcpHttpServer({ holdDeletes: true })
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  const closing = Date.now()
+  await ctx.app.close()
+  const took = Date.now() - closing
+  t.same(http.deletes, http.sessions, 'the DELETE was sent')
+  t.ok(took < 6000, `agentd closed in ${took} ms`)
 })
 
 t.test('JSON-RPC errors are classified by code; a schema with allOf is still checked', async (t) => {

@@ -80,6 +80,9 @@ function progressGate(): () => boolean {
 const PROGRESS_BURST = 10
 const PROGRESS_PER_SECOND = 10
 
+/** How long stop() waits for an HTTP server to end agentd's session before it closes the connection all the same. */
+const END_SESSION_TIMEOUT_MS = 2000
+
 /** Tool names the model may call: OpenAI's function-name rule. */
 const TOOL_NAME = /^[A-Za-z0-9_-]{1,64}$/
 
@@ -152,10 +155,35 @@ export class McpConnection {
     this.#nextAttemptAt = null
     this.#setTools([])
     const client = this.#client
+    const transport = this.#transport
     this.#client = undefined
     await this.#connecting?.close().catch(() => undefined)
     await this.#attempt?.catch(() => undefined)
+    if (transport instanceof StreamableHTTPClientTransport && client) await this.#endSession(transport)
     await client?.close().catch(() => undefined)
+  }
+
+  /**
+   * Asks a Streamable HTTP server to end agentd's MCP session (DELETE with its Mcp-Session-Id),
+   * which it would otherwise keep until it expires: one per restart of agentd. A 405 means the
+   * server does not end sessions, which is fine. A server that does not answer within
+   * END_SESSION_TIMEOUT_MS does not hold the shutdown: the client's close() aborts the request.
+   */
+  async #endSession(transport: StreamableHTTPClientTransport): Promise<void> {
+    const ending = transport.terminateSession().then(
+      () => 'ended' as const,
+      (err: unknown) => {
+        this.#log.warn({ err }, 'MCP session not ended: the server may keep it until it expires')
+        return 'failed' as const
+      }
+    )
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<'late'>((resolve) => {
+      timer = setTimeout(resolve, END_SESSION_TIMEOUT_MS, 'late')
+    })
+    const outcome = await Promise.race([ending, late])
+    clearTimeout(timer)
+    if (outcome === 'late') this.#log.warn({ timeoutMs: END_SESSION_TIMEOUT_MS }, 'MCP session not ended: the server did not answer in time')
   }
 
   async #connect(): Promise<void> {
