@@ -339,8 +339,13 @@ export class PostgresStore implements Store {
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.transaction(async (client) => {
-      const point = await client.query<Row>(`SELECT min(seq) AS first FROM events e WHERE session_id = $1 AND seq <= $2 AND run_id IS NOT NULL
-        AND NOT EXISTS (SELECT 1 FROM events d WHERE d.session_id = e.session_id AND d.run_id = e.run_id AND d.type = 'done' AND d.seq <= $2)`,
+      // The first event of each run whose `done` is not at or before atSeq, in one pass over the
+      // events: a NOT EXISTS looking for each event's `done` grew with the square of the session
+      // (50 000 events in 1 000 runs: 1.6 s inside this transaction).
+      const point = await client.query<Row>(`SELECT min(first) AS first FROM (
+          SELECT min(seq) AS first, bool_or(type = 'done') AS ended FROM events
+          WHERE session_id = $1 AND seq <= $2 AND run_id IS NOT NULL GROUP BY run_id
+        ) runs WHERE NOT ended`,
       [sourceId, atSeq])
       const first = point.rows[0]?.first
       const at = first === null || first === undefined ? atSeq : Number(first) - 1

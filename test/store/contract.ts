@@ -201,7 +201,10 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
 
     const whole = await store.forkSession('ses_src', session('ses_f2'), 2, sealing)
     t.equal(whole.lastSeq, 2, 'a point after a finished run stays')
-    t.equal(await store.countSessions('t'), 3)
+    const early = await store.forkSession('ses_src', session('ses_f3'), 1, sealing)
+    t.equal(early.lastSeq, 0, 'a run whose done comes after the point is left out')
+    t.same(await store.listEvents('ses_f3', { after: 0 }), [])
+    t.equal(await store.countSessions('t'), 4)
   })
 
   t.test('sessions: tenants, pages, counts and deletion of everything a session has', async (t) => {
