@@ -1,10 +1,10 @@
-import { request, type Dispatcher } from 'undici'
+import { Agent, request, type Dispatcher } from 'undici'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { retryAfterMs } from '../retry-after.ts'
 import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
-import { brokenAnswer, hostAllowed } from './net-guard.ts'
+import { brokenAnswer, hostAllowed, queuedLookup } from './net-guard.ts'
 import { CappedBuffer } from './output.ts'
 import type { Tool } from './types.ts'
 
@@ -15,8 +15,13 @@ export interface WebhookOptions {
   maxResponseBytes?: number
   /** Used when the spec has no timeoutMs; the call's own tool timeout still applies. */
   defaultTimeoutMs?: number
+  /** Default: one pool for every webhook tool, whose host lookups take the tools' lookup slots (net-guard.ts). */
   dispatcher?: Dispatcher
 }
+
+/** undici's default connect timeout: a connection still waiting for a lookup slot then gives up with it. */
+const CONNECT_TIMEOUT_MS = 10_000
+const webhookDispatcher = new Agent({ connect: { lookup: queuedLookup(CONNECT_TIMEOUT_MS), timeout: CONNECT_TIMEOUT_MS } })
 
 /** A tool a client brings as a URL (SPEC 7), marked so the loop and GET endpoints can tell. */
 export type WebhookTool = Tool & { kind: 'webhook'; url: string }
@@ -64,7 +69,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           headers: { 'content-type': 'application/json', accept: 'application/json' },
           body: JSON.stringify({ callId: ctx.callId, sessionId: ctx.sessionId, name: spec.name, input }),
           signal,
-          ...(opts.dispatcher ? { dispatcher: opts.dispatcher } : {})
+          dispatcher: opts.dispatcher ?? webhookDispatcher
         })
         for await (const chunk of response.body as AsyncIterable<Buffer>) {
           buffer.push(chunk)

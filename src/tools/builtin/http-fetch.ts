@@ -4,7 +4,7 @@ import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib'
 import { Agent, request, type Dispatcher } from 'undici'
 import { errnoFamily, errnoOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
-import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
+import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress, type Resolve } from '../net-guard.ts'
 import { truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 import { basicAuthorization, withoutCredentials } from '../url-credentials.ts'
@@ -31,8 +31,8 @@ export interface HttpFetchOptions extends AddressPolicy {
   timeoutMs: number
   /** Redirects followed at most. */
   maxRedirects: number
-  /** Resolves host names; tests stub DNS with it. */
-  resolve?: (hostname: string) => Promise<CheckedAddress[]>
+  /** Resolves host names; default the tools' bounded getaddrinfo (net-guard.ts lookupHost); tests stub DNS with it. */
+  resolve?: Resolve
 }
 
 const redirectStatuses = new Set([301, 302, 303, 307, 308])
@@ -66,7 +66,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       })
       try {
         for (let redirects = 0; ; redirects++) {
-          pins.set(url.hostname.toLowerCase(), await resolveChecked(withoutCredentials(url), opts, opts.resolve))
+          pins.set(url.hostname.toLowerCase(), await resolveChecked(withoutCredentials(url), opts, ctx.signal, opts.resolve))
           const response = await send(agent, url, method, withUrlCredentials(headers, url), body, ctx.signal)
           const location = header(response.headers, 'location')
           if (!redirectStatuses.has(response.statusCode) || location === undefined) {
