@@ -1,4 +1,5 @@
 import { Agent, request, type Dispatcher } from 'undici'
+import { tlsFailureOf } from '../errors/errno.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { retryAfterMs } from '../retry-after.ts'
 import { ToolFailure } from './tool-errors.ts'
@@ -88,6 +89,14 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
             ...(typeof code === 'string' ? { errno: code } : {})
           }, { retryable: false, cause: err })
         }
+        const tls = tlsFailureOf(err)
+        if (tls !== undefined) {
+          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} failed TLS verification (${tls}): ${(err as Error).message}`, {
+            url: redacted(url),
+            reason: 'tls_error',
+            errno: tls
+          }, { retryable: false, cause: err })
+        }
         throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} could not be reached: ${(err as Error).message}`, {
           url: redacted(url),
           reason: 'unreachable',
@@ -145,6 +154,9 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         case 'IO_ERROR':
           if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
           if (reason === 'bad_answer') return [`${name}'s server answered with a broken HTTP response, which is a fault of its server; do not retry, go on without it and tell the user.`]
+          if (reason === 'tls_error') {
+            return [`${name}'s server presented a certificate that is not trusted (${String(detail?.['errno'])}: self-signed, expired, from an unknown CA or for another host); a retry fails the same way: do not retry, go on without it and tell the user that the operator must fix the webhook's certificate.`]
+          }
           if (reason === 'too_deep') return [`${name} answered JSON nested deeper than ${MAX_JSON_DEPTH} levels, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'not_json') return [`${name} answered something other than JSON, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'webhook_status' && typeof status === 'number' && (status >= 500 || status === 408)) {
