@@ -5,7 +5,7 @@ import {
   APIUserAbortError
 } from 'openai'
 import { classified } from '../errors/classified.ts'
-import { errnoFamily, errnoOf } from '../errors/errno.ts'
+import { causeChain, errnoFamily, errnoOf } from '../errors/errno.ts'
 import type { ErrorType } from '../schemas/common.ts'
 import { ModelError } from './types.ts'
 import { StreamEventTooLarge } from './sse.ts'
@@ -278,16 +278,6 @@ function transportDetail(err: unknown): Record<string, unknown> | undefined {
     if (code !== undefined) return { transportCode: code }
   }
   return undefined
-}
-
-function causeChain(err: unknown): object[] {
-  const chain: object[] = []
-  let current: unknown = err
-  while (typeof current === 'object' && current !== null && !chain.includes(current) && chain.length < 8) {
-    chain.push(current)
-    current = (current as { cause?: unknown }).cause
-  }
-  return chain
 }
 
 function causeMessage(err: Error): string {

@@ -1,6 +1,7 @@
 import { lookup as dnsLookup } from 'node:dns/promises'
 import { BlockList, isIP, type LookupFunction } from 'node:net'
 import { errors } from 'undici'
+import { createConcurrencyLimiter } from './runtime.ts'
 import { ToolFailure } from './tool-errors.ts'
 
 const blockedV4 = new BlockList()
@@ -118,24 +119,56 @@ export interface CheckedAddress {
   family: 4 | 6
 }
 
-type Resolve = (hostname: string) => Promise<CheckedAddress[]>
+/** Resolves a host name to its addresses; a caller still waiting when `signal` fires stops waiting. */
+export type Resolve = (hostname: string, signal: AbortSignal) => Promise<CheckedAddress[]>
 
-const systemResolve: Resolve = async (hostname) =>
-  (await dnsLookup(hostname, { all: true, verbatim: true })).map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }))
+/**
+ * Host lookups tools make at once, all sessions and tenants together. getaddrinfo runs on libuv's
+ * thread pool (4 threads by default) and cannot be cancelled: a name whose DNS never answers holds
+ * its thread until the system resolver gives up, tens of seconds later. Bounded, such lookups take
+ * at most two threads, and fs, zlib and crypto work keeps the others. The pool is the process's, so
+ * the bound is too: one limiter per process, not a port shared between processes.
+ */
+const MAX_LOOKUPS = 2
+const lookupSlots = createConcurrencyLimiter(MAX_LOOKUPS)
+
+/**
+ * getaddrinfo through the tools' lookup slots. A call still queued when `signal` fires leaves the
+ * queue; one already looking up keeps its slot until the resolver returns, so the bound holds.
+ */
+export const lookupHost: Resolve = (hostname, signal) =>
+  lookupSlots.run('getaddrinfo', async () => {
+    const answer = await dnsLookup(hostname, { all: true, verbatim: true })
+    return answer.map((a): CheckedAddress => ({ address: a.address, family: a.family === 6 ? 6 : 4 }))
+  }, signal)
+
+/**
+ * A socket lookup (for connections undici makes, e.g. webhook tools) through the same slots; a
+ * connection still queued after `waitMs` gives up, as its connect timeout ends the connection.
+ */
+export function queuedLookup(waitMs: number): LookupFunction {
+  return (hostname, options, callback) => {
+    lookupHost(hostname, AbortSignal.timeout(waitMs)).then(
+      (addresses) => pinnedLookup(new Map([[hostname.toLowerCase(), addresses]]))(hostname, options, callback),
+      (err: unknown) => callback(err as NodeJS.ErrnoException, '', 0)
+    )
+  }
+}
 
 /**
  * Resolves the URL's host and checks every address against the policy; refuses with PERMISSION_DENIED
  * (no retry can help) when any address is forbidden, so a mixed answer cannot sneak one in.
  */
-export async function resolveChecked(url: URL, policy: AddressPolicy, resolve: Resolve = systemResolve): Promise<CheckedAddress[]> {
+export async function resolveChecked(url: URL, policy: AddressPolicy, signal: AbortSignal, resolve: Resolve = lookupHost): Promise<CheckedAddress[]> {
   const hostname = url.hostname.replace(/^\[|\]$/g, '')
   const literal = isIP(hostname)
   let addresses: CheckedAddress[]
   if (literal !== 0) addresses = [{ address: hostname, family: literal === 6 ? 6 : 4 }]
   else {
     try {
-      addresses = await resolve(hostname)
+      addresses = await resolve(hostname, signal)
     } catch (err) {
+      if (signal.aborted) throw err
       throw new ToolFailure('IO_ERROR', `Could not resolve the host "${hostname}".`, { host: hostname, errno: (err as NodeJS.ErrnoException).code }, { cause: err })
     }
     if (addresses.length === 0) throw new ToolFailure('IO_ERROR', `The host "${hostname}" has no address.`, { host: hostname })

@@ -1,10 +1,11 @@
-import { request, type Dispatcher } from 'undici'
+import { Agent, request, type Dispatcher } from 'undici'
+import { tlsFailureOf } from '../errors/errno.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import { retryAfterMs } from '../retry-after.ts'
 import { ToolFailure } from './tool-errors.ts'
 import type { WebhookToolSpec } from '../schemas/tools.ts'
 import { ToolSpecError, parametersFromJsonSchema } from './json-schema.ts'
-import { brokenAnswer, hostAllowed } from './net-guard.ts'
+import { brokenAnswer, hostAllowed, queuedLookup } from './net-guard.ts'
 import { CappedBuffer } from './output.ts'
 import type { Tool } from './types.ts'
 
@@ -15,8 +16,13 @@ export interface WebhookOptions {
   maxResponseBytes?: number
   /** Used when the spec has no timeoutMs; the call's own tool timeout still applies. */
   defaultTimeoutMs?: number
+  /** Default: one pool for every webhook tool, whose host lookups take the tools' lookup slots (net-guard.ts). */
   dispatcher?: Dispatcher
 }
+
+/** undici's default connect timeout: a connection still waiting for a lookup slot then gives up with it. */
+const CONNECT_TIMEOUT_MS = 10_000
+const webhookDispatcher = new Agent({ connect: { lookup: queuedLookup(CONNECT_TIMEOUT_MS), timeout: CONNECT_TIMEOUT_MS } })
 
 /** A tool a client brings as a URL (SPEC 7), marked so the loop and GET endpoints can tell. */
 export type WebhookTool = Tool & { kind: 'webhook'; url: string }
@@ -64,7 +70,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           headers: { 'content-type': 'application/json', accept: 'application/json' },
           body: JSON.stringify({ callId: ctx.callId, sessionId: ctx.sessionId, name: spec.name, input }),
           signal,
-          ...(opts.dispatcher ? { dispatcher: opts.dispatcher } : {})
+          dispatcher: opts.dispatcher ?? webhookDispatcher
         })
         for await (const chunk of response.body as AsyncIterable<Buffer>) {
           buffer.push(chunk)
@@ -81,6 +87,14 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
             url: redacted(url),
             reason: 'bad_answer',
             ...(typeof code === 'string' ? { errno: code } : {})
+          }, { retryable: false, cause: err })
+        }
+        const tls = tlsFailureOf(err)
+        if (tls !== undefined) {
+          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} failed TLS verification (${tls}): ${(err as Error).message}`, {
+            url: redacted(url),
+            reason: 'tls_error',
+            errno: tls
           }, { retryable: false, cause: err })
         }
         throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} could not be reached: ${(err as Error).message}`, {
@@ -140,6 +154,9 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         case 'IO_ERROR':
           if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
           if (reason === 'bad_answer') return [`${name}'s server answered with a broken HTTP response, which is a fault of its server; do not retry, go on without it and tell the user.`]
+          if (reason === 'tls_error') {
+            return [`${name}'s server presented a certificate that is not trusted (${String(detail?.['errno'])}: self-signed, expired, from an unknown CA or for another host); a retry fails the same way: do not retry, go on without it and tell the user that the operator must fix the webhook's certificate.`]
+          }
           if (reason === 'too_deep') return [`${name} answered JSON nested deeper than ${MAX_JSON_DEPTH} levels, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'not_json') return [`${name} answered something other than JSON, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'webhook_status' && typeof status === 'number' && (status >= 500 || status === 408)) {

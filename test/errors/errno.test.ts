@@ -1,5 +1,5 @@
 import t from 'tap'
-import { errnoFamily, errnoOf } from '../../src/errors/errno.ts'
+import { errnoFamily, errnoOf, tlsFailureOf } from '../../src/errors/errno.ts'
 import { classifyModelError } from '../../src/model/model-errors.ts'
 import { classifyToolError } from '../../src/tools/tool-errors.ts'
 
@@ -27,4 +27,15 @@ t.test('a timeout or network code means the same to a tool and to a model call',
     t.equal(classifyToolError({ name: 'webhook' }, thrown(code)).code, 'IO_ERROR', `${code} from a tool`)
     t.equal(classifyModelError(thrown(code)).classified.code, 'NETWORK_ERROR', `${code} from the model`)
   }
+})
+
+t.test('a certificate or TLS verification failure is found anywhere in the cause chain; a handshake timeout is not one', async (t) => {
+  for (const code of ['DEPTH_ZERO_SELF_SIGNED_CERT', 'SELF_SIGNED_CERT_IN_CHAIN', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+    'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'ERR_TLS_CERT_ALTNAME_INVALID', 'HOSTNAME_MISMATCH']) {
+    t.equal(tlsFailureOf(thrown(code)), code, code)
+  }
+  const wrapped = new TypeError('fetch failed', { cause: Object.assign(new Error('connect failed'), { code: 'UND_ERR_CONNECT', cause: thrown('CERT_HAS_EXPIRED') }) })
+  t.equal(tlsFailureOf(wrapped), 'CERT_HAS_EXPIRED', 'under fetch\'s TypeError and undici\'s own code')
+  for (const code of ['ERR_TLS_HANDSHAKE_TIMEOUT', 'ECONNRESET', 'UND_ERR_SOCKET']) t.equal(tlsFailureOf(thrown(code)), undefined, code)
+  t.equal(tlsFailureOf('CERT_HAS_EXPIRED'), undefined, 'a string is not an error')
 })

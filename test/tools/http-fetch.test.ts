@@ -9,6 +9,7 @@ import { runTool, type ToolOutcome } from '../../src/tools/runtime.ts'
 import type { Tool } from '../../src/tools/types.ts'
 import { makeWorkspace } from '../fixtures/tools/context.ts'
 import { buildTestApp } from '../helpers/app.ts'
+import { selfSignedCertificate, serveHttps } from '../helpers/tls.ts'
 
 interface TestServer {
   port: number
@@ -267,4 +268,21 @@ t.test('a server that answers broken HTTP is its fault, not a reason to retry', 
   const port = (server.address() as AddressInfo).port
   const outcome = await fetchWith(t, { allowedHosts: [`127.0.0.1:${port}`] }, { url: `http://127.0.0.1:${port}/` })
   t.match(outcome, { ok: false, error: { code: 'IO_ERROR', retryable: false, detail: { reason: 'bad_answer' }, recommendations: [/broken HTTP response.*do not retry/] } })
+})
+
+t.test('a server whose certificate is not trusted is a TLS failure: not retryable, with the code named', async (t) => {
+  const server = await serveHttps(t, selfSignedCertificate(t))
+  const outcome = await fetchWith(t, { allowedHosts: [`127.0.0.1:${server.port}`] }, { url: `${server.origin}/` })
+  t.match(outcome, {
+    ok: false,
+    error: {
+      errorType: 'runtime',
+      code: 'IO_ERROR',
+      retryable: false,
+      message: /failed TLS verification \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
+      detail: { reason: 'tls_error', errno: 'DEPTH_ZERO_SELF_SIGNED_CERT', url: `${server.origin}/` },
+      recommendations: [/certificate is not trusted.*do not retry/]
+    }
+  })
+  t.equal(server.hits(), 0)
 })

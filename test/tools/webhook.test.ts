@@ -3,10 +3,13 @@ import type { Test } from 'tap'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { Value } from '@sinclair/typebox/value'
+import { Agent } from 'undici'
 import { ToolSpecError, checkToolInput, parametersFromJsonSchema, plainJsonSchema } from '../../src/tools/json-schema.ts'
 import { runTool } from '../../src/tools/runtime.ts'
 import { createWebhookTool } from '../../src/tools/webhook.ts'
 import { makeWorkspace } from '../fixtures/tools/context.ts'
+import { buildTestApp } from '../helpers/app.ts'
+import { selfSignedCertificate, serveHttps } from '../helpers/tls.ts'
 
 const weatherParameters = {
   type: 'object',
@@ -234,4 +237,44 @@ t.test('a webhook server that answers broken HTTP is not "unreachable": its faul
       error: { code: 'IO_ERROR', retryable: false, message: /answered with a broken HTTP response/, detail: { reason: 'bad_answer' }, recommendations: [/do not retry/] }
     }, what)
   }
+})
+
+t.test('a webhook whose certificate is not trusted is a TLS failure the model must not retry, not "unreachable"', async (t) => {
+  const server = await serveHttps(t, selfSignedCertificate(t))
+  const { app, devModel } = await buildTestApp(t, { env: { AGENTD_WEBHOOK_HOSTS: `127.0.0.1:${server.port}` } })
+  const tools = [{ type: 'webhook', name: 'ledger', description: 'd', parameters: { type: 'object' }, url: `${server.origin}/hook` }]
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools } })).json()
+  devModel.script({ toolCalls: [{ name: 'ledger', arguments: {} }] }, { text: 'noted' })
+  const { run } = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'book it' } })).json()
+  t.equal(run.status, 'completed', 'the run goes on')
+  const sent = devModel.requests.at(-1)?.body.messages.find((m) => m.role === 'tool')
+  t.match(JSON.parse(String(sent?.content)), {
+    ok: false,
+    errorType: 'runtime',
+    code: 'IO_ERROR',
+    retryable: false,
+    error: /failed TLS verification \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
+    detail: { reason: 'tls_error', errno: 'DEPTH_ZERO_SELF_SIGNED_CERT' },
+    recommendations: [/ledger's server presented a certificate that is not trusted.*do not retry.*operator must fix the webhook's certificate/]
+  }, 'the model is told not to retry, and why')
+  t.equal(server.hits(), 0, 'no request was sent over the untrusted connection')
+})
+
+t.test('a trusted certificate for another host name is a TLS failure too; for its own name the same server answers', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const certificate = selfSignedCertificate(t)
+  const server = await serveHttps(t, certificate)
+  const dispatcher = new Agent({ connect: { ca: certificate.cert } })
+  t.teardown(() => dispatcher.close())
+  const call = (host: string) => {
+    const tool = createWebhookTool({ name: 'ledger', description: 'd', parameters: { type: 'object' }, url: `https://${host}:${server.port}/hook` },
+      { allowedHosts: [host], dispatcher })
+    return runTool(tool, {}, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 10_000 })
+  }
+  t.match(await call('127.0.0.1'), {
+    ok: false,
+    error: { code: 'IO_ERROR', retryable: false, message: /ERR_TLS_CERT_ALTNAME_INVALID/, detail: { reason: 'tls_error', errno: 'ERR_TLS_CERT_ALTNAME_INVALID' } }
+  })
+  t.match(await call('localhost'), { ok: true, result: {} }, 'the certificate is for localhost')
 })

@@ -2,9 +2,9 @@ import { Type } from '@sinclair/typebox'
 import type { Transform } from 'node:stream'
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib'
 import { Agent, request, type Dispatcher } from 'undici'
-import { errnoFamily, errnoOf } from '../../errors/errno.ts'
+import { errnoFamily, errnoOf, tlsFailureOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
-import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress } from '../net-guard.ts'
+import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress, type Resolve } from '../net-guard.ts'
 import { truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 import { basicAuthorization, withoutCredentials } from '../url-credentials.ts'
@@ -31,8 +31,8 @@ export interface HttpFetchOptions extends AddressPolicy {
   timeoutMs: number
   /** Redirects followed at most. */
   maxRedirects: number
-  /** Resolves host names; tests stub DNS with it. */
-  resolve?: (hostname: string) => Promise<CheckedAddress[]>
+  /** Resolves host names; default the tools' bounded getaddrinfo (net-guard.ts lookupHost); tests stub DNS with it. */
+  resolve?: Resolve
 }
 
 const redirectStatuses = new Set([301, 302, 303, 307, 308])
@@ -66,7 +66,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
       })
       try {
         for (let redirects = 0; ; redirects++) {
-          pins.set(url.hostname.toLowerCase(), await resolveChecked(withoutCredentials(url), opts, opts.resolve))
+          pins.set(url.hostname.toLowerCase(), await resolveChecked(withoutCredentials(url), opts, ctx.signal, opts.resolve))
           const response = await send(agent, url, method, withUrlCredentials(headers, url), body, ctx.signal)
           const location = header(response.headers, 'location')
           if (!redirectStatuses.has(response.statusCode) || location === undefined) {
@@ -90,7 +90,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
         agent.destroy().catch(() => {})
       }
     },
-    recommend({ code, reason }) {
+    recommend({ code, reason, detail }) {
       switch (code) {
         case 'TIMEOUT':
           return ['The server did not answer in time; retry later or fetch a smaller resource.']
@@ -105,6 +105,9 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
           return undefined
         case 'IO_ERROR':
           if (reason === 'bad_answer') return ['The server answered with a broken HTTP response (bad status line, headers too large); do not retry, try another URL.']
+          if (reason === 'tls_error') {
+            return [`The server's certificate is not trusted (${String(detail?.['errno'])}: self-signed, expired, from an unknown CA or for another host name); a retry fails the same way: do not retry, tell the user, or fetch the information from another source.`]
+          }
           if (reason === 'bad_encoding') return ['The server sent a body its Content-Encoding does not match; do not retry, try another URL.']
           if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
           if (reason === 'bad_redirect') return ['The server redirected to a location that is not a valid http(s) URL; do not retry, try another URL.']
@@ -191,6 +194,11 @@ async function send(
     if (brokenAnswer(err)) {
       throw new ToolFailure('IO_ERROR', `${url.host} answered with a broken HTTP response: ${(err as Error).message}`,
         { url: withoutCredentials(url).href, reason: 'bad_answer', ...(code !== undefined ? { errno: code } : {}) }, { retryable: false, cause: err })
+    }
+    const tls = tlsFailureOf(err)
+    if (tls !== undefined) {
+      throw new ToolFailure('IO_ERROR', `${url.host} failed TLS verification (${tls}): ${(err as Error).message}`,
+        { url: withoutCredentials(url).href, reason: 'tls_error', errno: tls }, { retryable: false, cause: err })
     }
     throw new ToolFailure(
       errnoFamily(code) === 'timeout' ? 'TIMEOUT' : 'IO_ERROR',
