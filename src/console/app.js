@@ -193,17 +193,23 @@ let view = null
 async function openSession(id) {
   view?.stream.abort()
   const session = await api('GET', `/v1/sessions/${encodeURIComponent(id)}`)
-  const messages = (await api('GET', `/v1/sessions/${encodeURIComponent(id)}/messages`)).data
-  sessionStorage.setItem(OPEN_STORE, id)
-  view = {
+  const opened = {
     session,
     stream: new AbortController(),
     lastSeq: 0,
-    prompts: new Map(messages.filter((m) => m.role === 'user').map((m) => [m.runId, m.content])),
+    /** Each run's user message, by run ID: what a run's item shows first. */
+    prompts: new Map(),
+    /** The messages page read last (readPrompts goes on from there), and the read in flight. */
+    messages: { cursor: null, reading: null },
+    /** While the stored events are read as JSON pages: the page is drawn, and scrolled, once. */
+    catchingUp: false,
     runs: new Map(),
     calls: new Map(),
     blocks: new Map()
   }
+  await readPrompts(opened)
+  sessionStorage.setItem(OPEN_STORE, id)
+  view = opened
   $('empty').hidden = true
   $('session').hidden = false
   $('session-id').replaceChildren(copyable(session.id))
@@ -245,12 +251,20 @@ async function follow(current) {
   while (!signal.aborted) {
     try {
       setBadge($('stream-status'), current.lastSeq === 0 ? 'loading' : 'catching up')
-      for (;;) {
-        const page = await api('GET', `/v1/sessions/${id}/events?after=${current.lastSeq}&limit=500`)
-        if (signal.aborted) return
-        page.data.forEach((event) => receive(current, event))
-        if (page.data.length < 500) break
+      current.catchingUp = true
+      try {
+        for (;;) {
+          const page = await api('GET', `/v1/sessions/${id}/events?after=${current.lastSeq}&limit=500`)
+          if (signal.aborted) return
+          page.data.forEach((event) => receive(current, event))
+          scrollToEnd()
+          if (page.data.length < 500) break
+        }
+      } finally {
+        current.catchingUp = false
       }
+      // Once for all the runs that ended while it was away (each `done` read live refreshes it).
+      refreshSession(current)
       const response = await fetch(`/v1/sessions/${id}/events`, {
         headers: { accept: 'text/event-stream', 'last-event-id': String(current.lastSeq), ...authHeaders() },
         signal
@@ -304,7 +318,9 @@ function receive(current, event) {
   current.lastSeq = event.seq
   $('raw').append(el('li', { dataset: { seq: event.seq } }, el('pre', {}, JSON.stringify(event))))
   render(current, event)
-  scrollToEnd()
+  // Reading the timeline's height lays the page out: once per event live, once per page when
+  // catching up (per event, a session of 10 000 events took 15 s to open).
+  if (!current.catchingUp) scrollToEnd()
 }
 
 function scrollToEnd() {
@@ -354,11 +370,38 @@ function runOf(current, event) {
   return run
 }
 
-/** A run started by another client: its user message is read from the conversation. */
+/**
+ * Reads the conversation's user messages into `current.prompts`, a page of 1000 at a time, from
+ * the page read last (its cursor kept): at the start all of them, later only what is new.
+ * One read at a time; a caller during a read waits for it.
+ */
+async function readPrompts(current) {
+  const { messages } = current
+  if (!messages.reading) {
+    messages.reading = (async () => {
+      for (;;) {
+        const query = new URLSearchParams({ limit: '1000' })
+        if (messages.cursor) query.set('cursor', messages.cursor)
+        const page = await api('GET', `/v1/sessions/${encodeURIComponent(current.session.id)}/messages?${query}`)
+        for (const m of page.data) if (m.role === 'user') current.prompts.set(m.runId, m.content)
+        // The last page is read again next time, from the cursor that led to it: it may have grown.
+        if (!page.nextCursor) return
+        messages.cursor = page.nextCursor
+      }
+    })().finally(() => {
+      messages.reading = null
+    })
+  }
+  return messages.reading
+}
+
+/** A run started after the conversation was read (by this or another client): its user message is read now. */
 async function fillPrompt(current, runId, node) {
-  const messages = (await api('GET', `/v1/sessions/${encodeURIComponent(current.session.id)}/messages`).catch(() => ({ data: [] }))).data
-  const prompt = messages.find((m) => m.role === 'user' && m.runId === runId)
-  if (prompt) node.querySelector('.item-body').prepend(el('div', { class: 'bubble user' }, prompt.content))
+  await readPrompts(current).catch(() => undefined)
+  // A read already under way may have passed the message by: one more, from where it ended.
+  if (!current.prompts.has(runId)) await readPrompts(current).catch(() => undefined)
+  const prompt = current.prompts.get(runId)
+  if (prompt !== undefined) node.querySelector('.item-body').prepend(el('div', { class: 'bubble user' }, prompt))
 }
 
 function render(current, event) {
@@ -434,7 +477,7 @@ function render(current, event) {
     case 'run_recovered':
       return void item(current, event, 'retry', `run recovered after a restart (was ${data.previousStatus}; ${data.sealedCalls ?? 0} calls sealed)`)
     case 'done':
-      refreshSession(current)
+      if (!current.catchingUp) refreshSession(current)
       return void item(current, event, `done ${data.reason}`, `run ${data.reason}`)
     default:
       return void item(current, event, 'line', type, data ? el('code', { class: 'small' }, short(data)) : null)
