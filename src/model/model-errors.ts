@@ -5,7 +5,7 @@ import {
   APIUserAbortError
 } from 'openai'
 import { classified } from '../errors/classified.ts'
-import { causeChain, errnoFamily, errnoOf } from '../errors/errno.ts'
+import { causeChain, errnoFamily, errnoOf, tlsFailureOf } from '../errors/errno.ts'
 import type { ErrorType } from '../schemas/common.ts'
 import { ModelError } from './types.ts'
 import { StreamEventTooLarge } from './sse.ts'
@@ -255,6 +255,21 @@ function classifyStreamedError(
 
 /** Finds an undici or socket error code anywhere in the cause chain (fetch wraps them in `TypeError: fetch failed` / `terminated`). */
 function classifyTransportError(err: unknown): ModelError | null {
+  // A certificate the service does not trust (self-signed, expired, another host's, an unknown
+  // CA): no retry can fix it, so the run fails at once instead of after its retries.
+  const tls = tlsFailureOf(err)
+  if (tls !== undefined) {
+    return createModelError('NETWORK_ERROR', `The model provider's TLS certificate was refused (${tls}): ${causeMessage(err)}`, {
+      cause: err,
+      retryable: false,
+      detail: { transportCode: tls, reason: 'tls_error' },
+      recommendations: [
+        'Check that OPENAI_BASE_URL names the host its certificate is for.',
+        'A provider behind a private CA needs that CA in NODE_EXTRA_CA_CERTS (a PEM file) when agentd starts.',
+        'Retrying cannot help until the certificate or the configuration changes.'
+      ]
+    })
+  }
   for (const e of causeChain(err)) {
     const code = errnoOf(e)
     if (code === undefined) continue
@@ -280,10 +295,10 @@ function transportDetail(err: unknown): Record<string, unknown> | undefined {
   return undefined
 }
 
-function causeMessage(err: Error): string {
+function causeMessage(err: unknown): string {
   const chain = causeChain(err)
   const deepest = chain[chain.length - 1] as Error
-  return deepest.message || err.message
+  return deepest.message || (err as Error).message
 }
 
 function isNamed(err: unknown, name: string): boolean {

@@ -5,6 +5,7 @@ import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/reso
 import { createOpenAIProvider } from '../../src/model/provider.ts'
 import { ModelError, type ModelProvider, type ModelRequest, type ModelStreamPart } from '../../src/model/types.ts'
 import { startTestDevModel } from '../helpers/dev-model.ts'
+import { selfSignedCertificate, serveHttps } from '../helpers/tls.ts'
 
 const hello: ModelRequest = { model: 'dev-model', messages: [{ role: 'user', content: 'hello there' }] }
 const noSignal = () => new AbortController().signal
@@ -251,6 +252,20 @@ t.test('a refused connection is a retryable NETWORK_ERROR', async (t) => {
   t.teardown(() => provider.close())
   const { error } = await failure(provider)
   t.match(error.classified, { code: 'NETWORK_ERROR', errorType: 'runtime', retryable: true })
+})
+
+t.test('a model server whose certificate is not trusted fails the call at once: NETWORK_ERROR, not retryable', async (t) => {
+  const server = await serveHttps(t, selfSignedCertificate(t))
+  const provider = createOpenAIProvider({ apiKey: 'k', baseURL: `https://localhost:${server.port}/v1`, connectTimeoutMs: 2000 })
+  t.teardown(() => provider.close())
+  const { error } = await failure(provider)
+  t.match(error.classified, {
+    code: 'NETWORK_ERROR', errorType: 'runtime', retryable: false, fatal: true,
+    message: /TLS certificate was refused \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
+    detail: { transportCode: 'DEPTH_ZERO_SELF_SIGNED_CERT', reason: 'tls_error' },
+    recommendations: [/OPENAI_BASE_URL/, /NODE_EXTRA_CA_CERTS/, /Retrying cannot help/]
+  })
+  t.equal(server.hits(), 0, 'no request reached the server')
 })
 
 t.test('a provider with neither key nor base URL fails every call with PROVIDER_NOT_CONFIGURED', async (t) => {
