@@ -1,6 +1,7 @@
 import { createHmac, randomUUID } from 'node:crypto'
 import { Agent, request, type Dispatcher } from 'undici'
 import { classified } from '../errors/classified.ts'
+import { tlsFailureOf } from '../errors/errno.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import { basicAuthorization, withoutCredentials } from '../tools/url-credentials.ts'
@@ -105,6 +106,11 @@ export class HookClient {
       if (err instanceof HookFailure) throw err
       if (delivery.signal?.aborted) throw delivery.signal.reason ?? err
       if (deadline.aborted) throw new HookFailure('HOOK_TIMEOUT', `it did not answer within ${hook.timeoutMs} ms`, true, { timeoutMs: hook.timeoutMs })
+      // A certificate agentd does not trust: no retry fixes it, so runEnd does not wait out its retries.
+      const tls = tlsFailureOf(err)
+      if (tls !== undefined) {
+        throw new HookFailure('HOOK_UNREACHABLE', `its TLS certificate was refused (${tls})`, false, { errno: tls, reason: 'tls_error' })
+      }
       const code = (err as { code?: unknown }).code
       throw new HookFailure('HOOK_UNREACHABLE', `it could not be reached (${typeof code === 'string' ? code : (err as Error).message})`, true,
         typeof code === 'string' ? { errno: code } : {})

@@ -5,6 +5,7 @@ import { buildTestApp, type TapTest, type TestApp } from '../helpers/app.ts'
 import { undocumentedEvents } from '../helpers/event-document.ts'
 import { deadUrl, expectedSignature, hooksEnv, startHookServer, type HookAnswer } from '../helpers/hook-server.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
+import { selfSignedCertificate, serveHttps } from '../helpers/tls.ts'
 
 const SECRET = 'hook-secret-0123456789abcdef'
 
@@ -281,6 +282,23 @@ t.test('runEnd is delivered at least once: retried with backoff, same deliveryId
   t.equal(warns.length, 2, 'each failed attempt is a monitor warn')
   t.match(warns[0]?.data.message, /Hook ledger \(runEnd\) failed: it answered HTTP 500; retry 1 of 5 in \d+ ms/)
   t.match(warns[0]?.data.detail, { code: 'HOOK_HTTP_ERROR', detail: { hook: 'ledger', attempt: 1, status: 500 } })
+})
+
+t.test('a runEnd receiver whose TLS certificate is not trusted is not retried', async (t) => {
+  const receiver = await serveHttps(t, selfSignedCertificate(t))
+  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ on: 'runEnd', url: `https://localhost:${receiver.port}/hook` }]), app: { hookRetry: { baseMs: 5, capMs: 10 } } })
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  ctx.devModel.script({ text: 'hello' })
+  await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' } })
+  let warns: StreamedEvent[] = []
+  for (let i = 0; i < 200 && warns.length === 0; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 10))
+    warns = ofType(await observeEvents(ctx, session.id), 'error')
+  }
+  t.match(warns[0]?.data.message, /failed: its TLS certificate was refused \(DEPTH_ZERO_SELF_SIGNED_CERT\); giving up after 1 attempt$/)
+  t.match(warns[0]?.data.detail, { code: 'HOOK_UNREACHABLE', retryable: false, detail: { errno: 'DEPTH_ZERO_SELF_SIGNED_CERT', reason: 'tls_error', attempt: 1 } })
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  t.equal(ofType(await observeEvents(ctx, session.id), 'error').length, 1, 'one attempt, no retries')
 })
 
 t.test('runEnd gives up after its retries and a refusing (4xx) receiver is not retried', async (t) => {
