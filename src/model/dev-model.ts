@@ -51,7 +51,7 @@ export interface DevModel {
   /** Base URL for an OpenAI client, ending in `/v1`. */
   readonly url: string
   readonly port: number
-  /** Every valid chat completion request, oldest first. */
+  /** The latest valid chat completion requests (at most `requestLog` of them), oldest first. */
   readonly requests: DevModelRequest[]
   /** Queues steps; each request takes the oldest one, and an empty queue means the default behaviour. */
   script(...steps: DevModelStep[]): void
@@ -70,9 +70,17 @@ type Answer =
   | { kind: 'text'; text: string; chunks?: number; reasoning?: string }
   | { kind: 'tool_calls'; calls: DevToolCall[]; text?: string }
 
+/**
+ * How many requests the dev model keeps for `requests` and `GET /__dev/requests`, the oldest
+ * dropped first: `npm start` without a model runs it inside agentd, where keeping every request
+ * (each with the history it sent) grew the heap ~60 KB a run for as long as the process lived.
+ */
+const REQUEST_LOG = 1000
+
 /** Starts the dev model on `port` (0 = any free port) and resolves once it listens. */
-export async function startDevModel(opts: { port?: number; host?: string; contextLimit?: number } = {}): Promise<DevModel> {
+export async function startDevModel(opts: { port?: number; host?: string; contextLimit?: number; requestLog?: number } = {}): Promise<DevModel> {
   const host = opts.host ?? '127.0.0.1'
+  const requestLog = opts.requestLog ?? REQUEST_LOG
   const queue: DevModelStep[] = []
   const requests: DevModelRequest[] = []
   let counter = 0
@@ -120,6 +128,7 @@ export async function startDevModel(opts: { port?: number; host?: string; contex
       return sendError(res, 400, { message: "'messages' must be an array", type: 'invalid_request_error', code: null })
     }
     requests.push({ body, headers: req.headers })
+    if (requests.length > requestLog) requests.splice(0, requests.length - requestLog)
     const n = ++counter
     res.setHeader('x-request-id', headerValue(req.headers['x-request-id']) ?? `req_dev_${n}`)
     const prompt = contextLimit === null ? 0 : promptTokens(body)

@@ -33,6 +33,15 @@ async function sseData(res: Response): Promise<string[]> {
 const user = (content: string) => ({ messages: [{ role: 'user', content }] })
 const tools = [{ type: 'function', function: { name: 'fs_read', parameters: { type: 'object' } } }]
 
+t.test('the request log keeps the latest requests only, so a long-running dev model does not grow without end', async (t) => {
+  const devModel = await startDevModel({ port: 0, requestLog: 3 })
+  t.teardown(() => devModel.close())
+  for (let i = 1; i <= 5; i++) await (await chat(devModel, user(`question ${i}`))).text()
+  t.same(devModel.requests.map((r) => r.body.messages[0]?.content), ['question 3', 'question 4', 'question 5'], 'the three latest, oldest first')
+  const logged = await json(await fetch(devModel.url.replace(/\/v1$/, '/__dev/requests')))
+  t.equal(logged.data.length, 3, 'GET /__dev/requests answers the same')
+})
+
 t.test('a stream is OpenAI-shaped: role first, content deltas, finish chunk, usage chunk, [DONE]', async (t) => {
   const devModel = await devModelFor(t)
   devModel.script({ text: 'a b c' })
