@@ -4,7 +4,6 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { makeFoldersSync } from '../make-folders.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { WalCheckpointer } from './sqlite-checkpointer.ts'
-import { unansweredCalls } from './history.ts'
 import { dataJsonOf, SessionGoneError, withDataJson } from './store.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import type {
@@ -67,14 +66,24 @@ const BUSY_CHECKPOINT_COMMITS = 200
 const WAL_PAGES_BACKSTOP = 10_000
 
 /**
- * Events a deleted session loses per write (deleteSession), or a fork copies (forkSession): a
- * few ms of the event loop each. A deletion takes the oldest first and never the newest (the
- * subquery walks the primary key from the session's start); a fork copies the newest first.
+ * Events a deleted session loses per write (deleteSession), or events or messages a fork copies
+ * (forkSession): a few ms of the event loop each. A deletion takes the oldest first and never the
+ * newest (the subquery walks the primary key from the session's start); a fork copies the newest
+ * events first, and the messages in their order.
  */
-const PURGE_ROWS = 4000
+const PIECE_ROWS = 4000
 const PURGE_EVENTS = `DELETE FROM events WHERE session_id = ? AND seq < ? AND seq IN
   (SELECT seq FROM events WHERE session_id = ? AND seq < ? ORDER BY seq LIMIT ?)`
-/** A fork's events with seq in (from, to], copied from its source (forkSession): PURGE_ROWS at most, seqs being one apart. */
+/** For each other table of a session's rows: whether more than a piece is left, and the statement that removes a piece. */
+const PURGE_CHILDREN = [
+  ['SELECT 1 FROM messages WHERE session_id = ? ORDER BY pos DESC LIMIT 1 OFFSET ?',
+    'DELETE FROM messages WHERE pos IN (SELECT pos FROM messages WHERE session_id = ? ORDER BY pos DESC LIMIT ?)'],
+  ['SELECT 1 FROM tool_calls WHERE session_id = ? LIMIT 1 OFFSET ?',
+    'DELETE FROM tool_calls WHERE rowid IN (SELECT rowid FROM tool_calls WHERE session_id = ? LIMIT ?)'],
+  ['SELECT 1 FROM runs WHERE session_id = ? LIMIT 1 OFFSET ?',
+    'DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE session_id = ? LIMIT ?)']
+] as const
+/** A fork's events with seq in (from, to], copied from its source (forkSession): PIECE_ROWS at most, seqs being one apart. */
 const COPY_EVENTS = `INSERT INTO events (session_id, seq, run_id, channel, type, at, request_id, data)
   SELECT ?, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = ? AND seq > ? AND seq <= ?`
 
@@ -690,13 +699,15 @@ export class SqliteStore implements Store {
   }
 
   /**
-   * A session's events go first, PURGE_ROWS at a time, each piece a write of its own in the group
-   * commits (the event loop runs every other session's work between them); then the session row,
-   * whose cascade takes its messages, runs and tool calls (a tenth of its events' rows, or fewer). One transaction for all of it held the
-   * event loop ~1 µs an event (a session of a million events: a second, for every tenant).
-   * Meanwhile getSession no longer finds it. The newest event stays to the last piece, so that a
-   * deletion cut short (the process stopped) leaves a session that still knows its newest seq
-   * and hands none out twice; it has lost only its oldest events, and a new deletion finishes.
+   * A session's rows go PIECE_ROWS at a time, each piece a write of its own in the group commits
+   * (the event loop runs every other session's work between them): its events, then its messages,
+   * tool calls and runs while more than a piece of them is left; then the session row, whose
+   * cascade takes the rest. One transaction for all of it held the event loop ~1 µs a row (a
+   * session of a million events: a second, for every tenant). Meanwhile getSession no longer
+   * finds it. A deletion cut short (the process stopped) leaves a session a new deletion
+   * finishes: its newest event stays to the last piece, so that it hands no seq out twice, and its
+   * messages go newest first, so that what is left of its conversation is its beginning (a
+   * summary's `replacesMessages` counts from there).
    */
   async deleteSession(tenant: string, id: string): Promise<boolean> {
     if (this.#hidden.has(id) || !(await this.getSession(tenant, id))) return false
@@ -704,8 +715,18 @@ export class SqliteStore implements Store {
     try {
       const newest = this.#currentSeq(id) ?? 0
       let removed: number
-      do removed = await this.#write(() => Number(this.#stmt(PURGE_EVENTS).run(id, newest, id, newest, PURGE_ROWS).changes))
-      while (removed === PURGE_ROWS)
+      do removed = await this.#write(() => Number(this.#stmt(PURGE_EVENTS).run(id, newest, id, newest, PIECE_ROWS).changes))
+      while (removed === PIECE_ROWS)
+      for (const [beyondPiece, purge] of PURGE_CHILDREN) {
+        let more = true
+        while (more) {
+          more = await this.#write(() => {
+            if (this.#stmt(beyondPiece).get(id, PIECE_ROWS) === undefined) return false
+            this.#stmt(purge).run(id, PIECE_ROWS)
+            return true
+          })
+        }
+      }
       return await this.#write(() => {
         const result = this.#stmt('DELETE FROM sessions WHERE id = ? AND tenant = ?').run(id, tenant)
         if (Number(result.changes) === 0) return false
@@ -770,21 +791,56 @@ export class SqliteStore implements Store {
   }
 
   /**
-   * The fork's row, its messages and its newest PURGE_ROWS events go in one write; its older
-   * events follow a piece per write, newest first, so that a long session's fork does not hold
-   * the event loop for all of them (250 000 events: ~480 ms in one transaction). getSession does
-   * not find the fork until the last piece. A fork cut short by a stop keeps its newest seq, and
-   * misses only its oldest events.
+   * The fork's row and its newest PIECE_ROWS events go in one write; its older events follow a
+   * piece per write, newest first, then its messages a piece per write in their order, then the
+   * sealed answers of the calls they leave open: a long session's fork does not hold the event
+   * loop for all of it (250 000 events: ~480 ms in one transaction; 50 000 messages ~400 ms).
+   * getSession does not find the fork until the last piece. A fork cut short by a stop keeps its
+   * newest seq; it misses its oldest events or its newest messages.
    */
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     this.#hidden.add(target.id)
     try {
       const point = await this.#forkPoint(sourceId, atSeq)
-      const fork = await this.#forkFirstPiece(sourceId, target, point, seal)
-      const at = fork.lastSeq
-      const oldest = this.#oldestSeq(sourceId) ?? at
-      for (let below = at - PURGE_ROWS; below >= oldest; below -= PURGE_ROWS) {
-        await this.#write(() => this.#stmt(COPY_EVENTS).run(fork.id, sourceId, below - PURGE_ROWS, below))
+      const { fork, lastPos } = await this.#write(() => {
+        // Not past the source's newest event: the fork's newest seq is its newest copied event's.
+        const at = Math.min(point, this.#currentSeq(sourceId) ?? 0)
+        const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
+        this.#hot.insertSession.run(...sessionParams(fork, false))
+        this.#setSeq(fork.id, at)
+        this.#stmt(COPY_EVENTS).run(fork.id, sourceId, at - PIECE_ROWS, at)
+        // The messages stored by now are the fork's: a message stored later has a later pos, whatever its at_seq.
+        const { pos } = this.#stmt('SELECT max(pos) AS pos FROM messages WHERE session_id = ? AND at_seq <= ?').get(sourceId, at) as Row
+        return { fork, lastPos: pos === null || pos === undefined ? 0 : Number(pos) }
+      }, true)
+      const oldest = this.#oldestSeq(sourceId) ?? fork.lastSeq
+      for (let below = fork.lastSeq - PIECE_ROWS; below >= oldest; below -= PIECE_ROWS) {
+        await this.#write(() => this.#stmt(COPY_EVENTS).run(fork.id, sourceId, below - PIECE_ROWS, below))
+      }
+      // The calls of the copied messages without an answer among them: sealed once all are copied.
+      const open = new Map<string, { name: string; runId: string | null }>()
+      for (let after = 0; after < lastPos;) {
+        after = await this.#write(() => {
+          const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND pos > ? AND pos <= ? AND at_seq <= ? ORDER BY pos LIMIT ?')
+            .all(sourceId, after, lastPos, fork.lastSeq, PIECE_ROWS) as Row[]
+          const insert = this.#stmt(INSERT_MESSAGE)
+          for (const row of rows) {
+            const m = toMessage(row)
+            insert.run(seal.newMessageId(), fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, Number(row.at_seq),
+              m.createdAt, m.replacesMessages ?? null)
+            if (m.role === 'assistant') for (const call of m.toolCalls ?? []) open.set(call.id, { name: call.name, runId: m.runId })
+            if (m.role === 'tool' && m.toolCallId) open.delete(m.toolCallId)
+          }
+          return rows.length < PIECE_ROWS ? lastPos : Number(rows.at(-1)?.pos)
+        })
+      }
+      if (open.size > 0) {
+        await this.#write(() => {
+          const insert = this.#stmt(INSERT_MESSAGE)
+          for (const [callId, call] of open) {
+            insert.run(seal.newMessageId(), fork.id, call.runId, 'tool', seal.sealedAnswer(call.name), null, callId, fork.lastSeq, new Date().toISOString(), null)
+          }
+        })
       }
       return fork
     } finally {
@@ -792,32 +848,10 @@ export class SqliteStore implements Store {
     }
   }
 
-  #forkFirstPiece(sourceId: string, target: SessionRecord, point: number, seal: ForkSealing): Promise<SessionRecord> {
-    return this.#write(() => {
-      // Not past the source's newest event: the fork's newest seq is its newest copied event's.
-      const at = Math.min(point, this.#currentSeq(sourceId) ?? 0)
-      const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
-      this.#hot.insertSession.run(...sessionParams(fork, false))
-      this.#setSeq(fork.id, at)
-      this.#stmt(COPY_EVENTS).run(fork.id, sourceId, at - PURGE_ROWS, at)
-      const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND at_seq <= ? ORDER BY pos').all(sourceId, at) as Row[]
-      const insert = this.#stmt(INSERT_MESSAGE)
-      const copied = rows.map((row) => ({ ...toMessage(row), id: seal.newMessageId(), sessionId: fork.id, atSeq: Number(row.at_seq) }))
-      for (const m of copied) {
-        insert.run(m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt, m.replacesMessages ?? null)
-      }
-      for (const call of unansweredCalls(copied)) {
-        const runId = copied.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? null
-        insert.run(seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString(), null)
-      }
-      return fork
-    }, true)
-  }
-
   /**
    * The last seq <= atSeq at which no run of the session is half done: a run whose first event
    * is at or before atSeq but whose `done` is not moves the point back to just before it.
-   * The events up to atSeq are read PURGE_ROWS seqs a turn (they never change): one query that
+   * The events up to atSeq are read PIECE_ROWS seqs a turn (they never change): one query that
    * looked for each run event's `done` took time quadratic in the session's events (20 000
    * events in 400 runs: 10.7 s of the event loop).
    */
@@ -826,9 +860,9 @@ export class SqliteStore implements Store {
     const ended = new Set<string>()
     const read = this.#stmt('SELECT seq, run_id, type FROM events WHERE session_id = ? AND seq > ? AND seq <= ? AND run_id IS NOT NULL ORDER BY seq')
     const oldest = this.#oldestSeq(sessionId) ?? atSeq
-    for (let after = oldest - 1; after < atSeq; after += PURGE_ROWS) {
+    for (let after = oldest - 1; after < atSeq; after += PIECE_ROWS) {
       if (after > oldest - 1) await nextTurn()
-      for (const row of read.all(sessionId, after, Math.min(after + PURGE_ROWS, atSeq)) as Row[]) {
+      for (const row of read.all(sessionId, after, Math.min(after + PIECE_ROWS, atSeq)) as Row[]) {
         const runId = String(row.run_id)
         if (!firstOfRun.has(runId)) firstOfRun.set(runId, Number(row.seq))
         if (row.type === 'done') ended.add(runId)

@@ -164,3 +164,49 @@ t.test('the point a fork of many runs starts from is found without stalling the 
   t.equal(fork?.lastSeq, (runs - 1) * 50, 'the run still going is left out of the fork')
   t.equal((await store.listEvents('ses_runs_fork', { after: 0 })).length, (runs - 1) * 50)
 })
+
+t.test('a session of many messages is forked and deleted without stalling the event loop', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_talk'))
+  const at = () => new Date().toISOString()
+  // 50 000 messages: user and assistant turns; the last assistant asks for two tools, one answered.
+  const count = 50_000
+  for (let i = 0; i < count; i += 2000) {
+    await store.commit(Array.from({ length: 2000 }, (_, j): StoreWrite => ({
+      type: 'message',
+      message: { id: `msg_${i + j}`, sessionId: 'ses_talk', runId: `run_${Math.floor((i + j) / 2)}`, role: (i + j) % 2 ? 'assistant' : 'user', content: `message ${i + j}: ${'words of a turn '.repeat(12)}`, createdAt: at() }
+    })))
+  }
+  await store.commit([
+    { type: 'message', message: { id: 'msg_calls', sessionId: 'ses_talk', runId: 'run_last', role: 'assistant', content: null, createdAt: at(),
+      toolCalls: [{ id: 'call_a', name: 'fs_read', arguments: '{}' }, { id: 'call_b', name: 'fs_list', arguments: '{}' }] } },
+    { type: 'message', message: { id: 'msg_result', sessionId: 'ses_talk', runId: 'run_last', role: 'tool', content: 'ok', toolCallId: 'call_a', createdAt: at() } },
+    textChunk('ses_talk', 0, null)
+  ])
+  await quiet(store)
+
+  let ids = 0
+  const sealing = { newMessageId: () => `msg_fork${++ids}`, sealedAnswer: (name: string) => `sealed ${name}` }
+  let forked: Awaited<ReturnType<SqliteStore['forkSession']>> | undefined
+  const forkStall = await longestStall(async () => {
+    forked = await store.forkSession('ses_talk', testSession('ses_talk_fork'), 1, sealing)
+  })
+  // In one transaction: ~300-400 ms here.
+  t.ok(forkStall < 100, `the event loop's longest stall forking ${count} messages: ${forkStall.toFixed(1)} ms`)
+  t.equal(forked?.lastSeq, 1)
+  const copied = await store.listMessages('ses_talk_fork')
+  t.equal(copied.length, count + 3, 'every message, and a sealed answer for the open call')
+  t.same(copied.slice(0, 3).map((m) => m.content?.split(':')[0]), ['message 0', 'message 1', 'message 2'], 'in order')
+  t.ok(copied.every((m) => m.id.startsWith('msg_fork') && m.sessionId === 'ses_talk_fork'), 'under new IDs')
+  t.match(copied.slice(-3), [{ role: 'assistant', toolCalls: [{ id: 'call_a' }, { id: 'call_b' }] }, { role: 'tool', toolCallId: 'call_a', content: 'ok' },
+    { role: 'tool', toolCallId: 'call_b', content: 'sealed fs_list', runId: 'run_last' }], 'the call left open is answered as sealed')
+
+  await quiet(store)
+  const deleteStall = await longestStall(() => store.deleteSession('t', 'ses_talk'))
+  // In one transaction: ~110-170 ms here.
+  t.ok(deleteStall < 60, `the event loop's longest stall deleting ${count} messages: ${deleteStall.toFixed(1)} ms`)
+  t.same(await store.listMessages('ses_talk'), [])
+  t.equal((await store.listMessages('ses_talk_fork')).length, count + 3, 'the fork keeps its own')
+})
