@@ -355,14 +355,14 @@ export class PostgresStore implements Store {
         SELECT $1, seq, run_id, channel, type, at, request_id, data FROM events WHERE session_id = $2 AND seq <= $3`, [fork.id, sourceId, at])
       const { rows } = await client.query<Row>('SELECT * FROM messages WHERE session_id = $1 AND at_seq <= $2 ORDER BY pos', [sourceId, at])
       const copied = rows.map((row) => ({ ...toMessage(row), id: seal.newMessageId(), sessionId: fork.id, atSeq: Number(row.at_seq) }))
-      for (const m of copied) {
-        await client.query(INSERT_MESSAGE, [m.id, fork.id, m.runId, m.role, m.content, json(m.toolCalls), m.toolCallId ?? null, m.atSeq, m.createdAt,
-          m.replacesMessages ?? null])
-      }
-      for (const call of unansweredCalls(copied)) {
-        const runId = copied.find((m) => m.toolCalls?.some((c) => c.id === call.id))?.runId ?? null
-        await client.query(INSERT_MESSAGE, [seal.newMessageId(), fork.id, runId, 'tool', seal.sealedAnswer(call.name), null, call.id, at, new Date().toISOString(), null])
-      }
+      const runOfCall = new Map(copied.flatMap((m) => (m.toolCalls ?? []).map((call) => [call.id, m.runId] as const)))
+      const sealed = unansweredCalls(copied).map((call): StoredMessage => ({
+        id: seal.newMessageId(), sessionId: fork.id, runId: runOfCall.get(call.id) ?? null, role: 'tool', content: seal.sealedAnswer(call.name),
+        toolCallId: call.id, atSeq: at, createdAt: new Date().toISOString()
+      }))
+      // A round trip per FORK_MESSAGE_ROWS messages, not per message (20 000 messages: 4.6 s in this transaction).
+      const all = [...copied, ...sealed]
+      for (let i = 0; i < all.length; i += FORK_MESSAGE_ROWS) await client.query(INSERT_MESSAGES, messageColumns(all.slice(i, i + FORK_MESSAGE_ROWS)))
       return fork
     })
   }
@@ -689,6 +689,28 @@ function describeUrl(url: string): string {
 const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
     approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+
+/** A message with the seq it was stored at (a fork copies it). */
+type StoredMessage = MessageRecord & { atSeq: number }
+
+/** Messages a fork inserts per statement (INSERT_MESSAGES). */
+const FORK_MESSAGE_ROWS = 2000
+
+/** Inserts messages given as one array per column (messageColumns), in the arrays' order, so their pos keeps it. */
+const INSERT_MESSAGES = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at, replaces_messages)
+  SELECT id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at, replaces_messages
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::integer[], $9::text[], $10::integer[])
+    WITH ORDINALITY AS m (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at, replaces_messages, n)
+  ORDER BY n`
+
+/** INSERT_MESSAGES' parameters: a column at a time. */
+function messageColumns(messages: StoredMessage[]): unknown[][] {
+  return [
+    messages.map((m) => m.id), messages.map((m) => m.sessionId), messages.map((m) => m.runId), messages.map((m) => m.role),
+    messages.map((m) => m.content), messages.map((m) => json(m.toolCalls)), messages.map((m) => m.toolCallId ?? null),
+    messages.map((m) => m.atSeq), messages.map((m) => m.createdAt), messages.map((m) => m.replacesMessages ?? null)
+  ]
+}
 
 const INSERT_MESSAGE = `INSERT INTO messages (id, session_id, run_id, role, content, tool_calls, tool_call_id, at_seq, created_at,
     replaces_messages)
