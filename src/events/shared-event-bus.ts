@@ -6,6 +6,11 @@ import type { EventBus, EventListener } from './event-bus.ts'
 const SESSIONS_PER_MESSAGE = 100
 /** The `wanted` of a catch-up that reads until nothing newer is stored (after a reconnect). */
 const EVERYTHING = Number.MAX_SAFE_INTEGER
+/**
+ * Events a catch-up reads at a time: a bus that starts from 0 (its starting point could not be
+ * read) on a session of 250 000 events would otherwise hold them all in memory at once.
+ */
+const CATCH_UP_PAGE = 1000
 
 /** What this process has delivered of a session its subscribers follow. */
 interface Followed {
@@ -173,11 +178,11 @@ export class SharedEventBus implements EventBus {
       while (this.#followed.get(sessionId) === followed && (followed.delivered ?? 0) < followed.wanted) {
         const after = followed.delivered ?? 0
         const rescans = followed.rescans
-        const events = await this.#store.listEvents(sessionId, { after })
+        const events = await this.#store.listEvents(sessionId, { after, limit: CATCH_UP_PAGE })
         for (const event of events) if (event.seq > (followed.delivered ?? 0)) this.#deliver(followed, event)
-        // Nothing newer is stored (a catch-up after a reconnect asks for everything): done,
-        // unless a reconnect came while this read was out (it left `wanted` at EVERYTHING).
-        if (followed.rescans !== rescans) continue
+        // Nothing newer is stored (a catch-up after a reconnect asks for everything, a page at a
+        // time): done, unless a reconnect came while this read was out (it left `wanted` at EVERYTHING).
+        if (followed.rescans !== rescans || events.length === CATCH_UP_PAGE) continue
         if (events.length === 0 || followed.wanted === EVERYTHING) followed.wanted = followed.delivered ?? 0
       }
     }

@@ -160,6 +160,36 @@ t.test('a reconnect during a catch-up read still reads what was written while th
   t.same(received, [1, 2], 'the reconnect asked for a read after the one in flight')
 })
 
+t.test('a catch-up reads a page at a time, also from the start of a long session and after a reconnect', async (t) => {
+  const stored: EventRecord[] = Array.from({ length: 2500 }, (_, i) => ({ ...event(`e${i + 1}`), seq: i + 1 }))
+  const limits: Array<number | undefined> = []
+  const store = {
+    // Where the bus starts cannot be read: it starts from the session's first event.
+    getSessionById: async () => { throw new Error('the database is away') },
+    listEvents: async (_sessionId: string, options: { after: number; limit?: number }) => {
+      limits.push(options.limit)
+      return stored.filter((e) => e.seq > options.after).slice(0, options.limit ?? Infinity)
+    }
+  } as unknown as Store
+  const { channel, messages, reconnects } = drivenChannel()
+  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
+  t.teardown(() => bus.close())
+  const received: number[] = []
+  bus.subscribe('ses_bus', (e) => received.push(e.seq))
+  await bus.subscribed('ses_bus')
+  messages.forEach((listener) => listener({ type: 'events', from: 'own_a', sessions: [['ses_bus', 2500]] }))
+  await until(async () => received.length === 2500, 2000, 'every event')
+  t.ok(limits.every((limit) => limit !== undefined && limit <= 1000), `reads of at most 1000 events: ${limits.join(', ')}`)
+  t.same(received, stored.map((e) => e.seq), 'each once, in order')
+
+  // Written while the channel was down: a reconnect reads everything after, a page at a time.
+  stored.push(...Array.from({ length: 1500 }, (_, i) => ({ ...event(`f${i + 1}`), seq: 2501 + i })))
+  reconnects.forEach((listener) => listener())
+  await until(async () => received.length === 4000, 2000, 'the events written meanwhile')
+  t.same(received.slice(2500), stored.slice(2500).map((e) => e.seq))
+  t.ok(limits.every((limit) => limit !== undefined && limit <= 1000))
+})
+
 t.test('a subscription is set only once its starting point is read, so a read after it misses nothing the bus skips', async (t) => {
   // Another process commits seq 1 while this one's subscription reads where it starts: that read
   // (on a pooled connection of its own) answers after the commit, so the bus starts after seq 1.
