@@ -4,8 +4,7 @@ import type { AddressInfo } from 'node:net'
 import { chromium } from 'playwright-core'
 import t from 'tap'
 import { buildTestApp, listen, tempDir } from '../helpers/app.ts'
-
-const CHROMIUM = '/usr/bin/chromium'
+import { CHROMIUM, CHROMIUM_ARGS } from '../helpers/browser.ts'
 
 interface Received {
   seq: number
@@ -100,8 +99,7 @@ t.test('a browser EventSource on another origin follows a run with a stream toke
   const context = await chromium.launchPersistentContext(tempDir(t, 'agentd-chromium-'), {
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync']
+    args: ['--headless', ...CHROMIUM_ARGS]
   })
   t.teardown(() => context.close())
   const page = await context.newPage()

@@ -1,16 +1,15 @@
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { mkdirSync, statSync } from 'node:fs'
-import { chromium, type Browser, type Page } from 'playwright-core'
+import type { Page } from 'playwright-core'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { launchBrowser } from '../helpers/browser.ts'
 import { until } from '../helpers/server-process.ts'
 
 // Chromium drives the page: on a busy 2-core machine the file takes minutes.
 t.setTimeout(300_000)
 
-/** Debian's chromium (.ci/run installs it when missing); playwright-core brings no browser of its own. */
-const CHROMIUM = process.env.AGENTD_CHROMIUM ?? '/usr/bin/chromium'
 /**
  * The picture of a finished run. The README's docs/console.png is refreshed with
  * AGENTD_UPDATE_SCREENSHOT=1; otherwise it goes to a temporary folder, so a test run leaves the tree clean.
@@ -18,19 +17,6 @@ const CHROMIUM = process.env.AGENTD_CHROMIUM ?? '/usr/bin/chromium'
 const SCREENSHOT = process.env.AGENTD_UPDATE_SCREENSHOT === '1'
   ? new URL('../../docs/console.png', import.meta.url)
   : new URL(`file://${join(tmpdir(), `agentd-console-${process.pid}`, 'console.png')}`)
-
-type Tap = { teardown(fn: () => unknown): void }
-
-async function launchBrowser(t: Tap): Promise<Browser> {
-  // launch() gives every browser a fresh temporary profile (user data dir) of its own.
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
-  })
-  t.teardown(() => browser.close())
-  return browser
-}
 
 /** Collects what would otherwise be silent: script errors and refused resources (a CSP violation is one). */
 function watchConsole(page: Page): string[] {

@@ -1,23 +1,10 @@
-import { chromium, type Browser } from 'playwright-core'
 import t from 'tap'
 import type { StoreWrite } from '../../src/store/store.ts'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { launchBrowser } from '../helpers/browser.ts'
 
 // Chromium drives the page: on a busy 2-core machine the file takes a minute.
 t.setTimeout(300_000)
-
-/** Debian's chromium (.ci/run installs it when missing); playwright-core brings no browser of its own. */
-const CHROMIUM = process.env.AGENTD_CHROMIUM ?? '/usr/bin/chromium'
-
-async function launchBrowser(t: { teardown(fn: () => unknown): void }): Promise<Browser> {
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync']
-  })
-  t.teardown(() => browser.close())
-  return browser
-}
 
 t.test('a session of 300 runs opens with every prompt, a few requests and a layout per page of events', async (t) => {
   const { app } = await buildTestApp(t)

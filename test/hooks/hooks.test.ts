@@ -284,9 +284,9 @@ t.test('runEnd is delivered at least once: retried with backoff, same deliveryId
   t.match(warns[0]?.data.detail, { code: 'HOOK_HTTP_ERROR', detail: { hook: 'ledger', attempt: 1, status: 500 } })
 })
 
-t.test('a runEnd receiver whose TLS certificate is not trusted is not retried', async (t) => {
-  const receiver = await serveHttps(t, selfSignedCertificate(t))
-  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ on: 'runEnd', url: `https://localhost:${receiver.port}/hook` }]), app: { hookRetry: { baseMs: 5, capMs: 10 } } })
+/** A run with a runEnd hook to `url` (retried within milliseconds), and the monitor warns of its first failed delivery. */
+async function runEndFailing(t: TapTest, url: string): Promise<{ ctx: TestApp; sessionId: string; warns: StreamedEvent[] }> {
+  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ on: 'runEnd', url }]), app: { hookRetry: { baseMs: 5, capMs: 10 } } })
   const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
   ctx.devModel.script({ text: 'hello' })
   await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' } })
@@ -295,23 +295,21 @@ t.test('a runEnd receiver whose TLS certificate is not trusted is not retried', 
     await new Promise((resolve) => setTimeout(resolve, 10))
     warns = ofType(await observeEvents(ctx, session.id), 'error')
   }
+  return { ctx, sessionId: session.id, warns }
+}
+
+t.test('a runEnd receiver whose TLS certificate is not trusted is not retried', async (t) => {
+  const receiver = await serveHttps(t, selfSignedCertificate(t))
+  const { ctx, sessionId, warns } = await runEndFailing(t, `https://localhost:${receiver.port}/hook`)
   t.match(warns[0]?.data.message, /failed: its TLS certificate was refused \(DEPTH_ZERO_SELF_SIGNED_CERT\); giving up after 1 attempt$/)
   t.match(warns[0]?.data.detail, { code: 'HOOK_UNREACHABLE', retryable: false, detail: { errno: 'DEPTH_ZERO_SELF_SIGNED_CERT', reason: 'tls_error', attempt: 1 } })
   await new Promise((resolve) => setTimeout(resolve, 100))
-  t.equal(ofType(await observeEvents(ctx, session.id), 'error').length, 1, 'one attempt, no retries')
+  t.equal(ofType(await observeEvents(ctx, sessionId), 'error').length, 1, 'one attempt, no retries')
 })
 
 t.test('runEnd gives up after its retries and a refusing (4xx) receiver is not retried', async (t) => {
   const refusing = await startHookServer(t, () => ({ status: 400, text: 'bad' }))
-  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ on: 'runEnd', url: refusing.url }]), app: { hookRetry: { baseMs: 5, capMs: 10 } } })
-  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
-  ctx.devModel.script({ text: 'hello' })
-  await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' } })
-  let warns: StreamedEvent[] = []
-  for (let i = 0; i < 200 && warns.length === 0; i++) {
-    await new Promise((resolve) => setTimeout(resolve, 10))
-    warns = ofType(await observeEvents(ctx, session.id), 'error')
-  }
+  const { warns } = await runEndFailing(t, refusing.url)
   t.match(warns[0]?.data.message, /Hook runEnd#0 \(runEnd\) failed: it answered HTTP 400; giving up after 1 attempt$/)
   t.equal(refusing.received.length, 1)
 })
