@@ -126,6 +126,18 @@ t.test('a listening connection the network silences (nothing closes) is noticed 
   t.same(onB.map((e) => [e.seq, e.type]), [[1, 'before'], [2, 'while silent'], [3, 'after']])
 })
 
+/** A bus on `store` and a driven channel, with the seqs it delivers to a subscriber of ses_bus; `wake` is another process's notice of `seq`. */
+function busFollowing(t: TapTest, store: Store) {
+  const { channel, messages, reconnects } = drivenChannel()
+  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
+  t.teardown(() => bus.close())
+  const received: number[] = []
+  bus.subscribe('ses_bus', (e) => received.push(e.seq))
+  const wake = (seq: number) => messages.forEach((listener) => listener({ type: 'events', from: 'own_a', sessions: [['ses_bus', seq]] }))
+  const reconnect = () => reconnects.forEach((listener) => listener())
+  return { bus, received, wake, reconnect }
+}
+
 t.test('a reconnect during a catch-up read still reads what was written while the channel was down', async (t) => {
   // A store whose reads wait until the test lets them answer, and a channel the test drives.
   const stored: EventRecord[] = []
@@ -137,12 +149,7 @@ t.test('a reconnect during a catch-up read still reads what was written while th
       return new Promise<EventRecord[]>((resolve) => reads.push(() => resolve(answer)))
     }
   } as unknown as Store
-  const { channel, messages, reconnects } = drivenChannel()
-  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
-  t.teardown(() => bus.close())
-  const received: number[] = []
-  bus.subscribe('ses_bus', (e) => received.push(e.seq))
-  const wake = (seq: number) => messages.forEach((listener) => listener({ type: 'events', from: 'own_a', sessions: [['ses_bus', seq]] }))
+  const { received, wake, reconnect } = busFollowing(t, store)
   const answerRead = async () => {
     await until(async () => reads.length > 0, 2000, 'a read')
     reads.shift()?.()
@@ -154,7 +161,7 @@ t.test('a reconnect during a catch-up read still reads what was written while th
   await until(async () => reads.length > 0, 2000, 'the first read')
   // Meanwhile the channel went down and came back: seqs 1 and 2 were written, their wake-ups lost.
   stored.push({ ...event('one'), seq: 1 }, { ...event('two'), seq: 2 })
-  reconnects.forEach((listener) => listener())
+  reconnect()
   await answerRead()
   await answerRead()
   t.same(received, [1, 2], 'the reconnect asked for a read after the one in flight')
@@ -171,20 +178,16 @@ t.test('a catch-up reads a page at a time, also from the start of a long session
       return stored.filter((e) => e.seq > options.after).slice(0, options.limit ?? Infinity)
     }
   } as unknown as Store
-  const { channel, messages, reconnects } = drivenChannel()
-  const bus = new SharedEventBus({ store, channel, processId: 'own_b', onError: () => undefined })
-  t.teardown(() => bus.close())
-  const received: number[] = []
-  bus.subscribe('ses_bus', (e) => received.push(e.seq))
+  const { bus, received, wake, reconnect } = busFollowing(t, store)
   await bus.subscribed('ses_bus')
-  messages.forEach((listener) => listener({ type: 'events', from: 'own_a', sessions: [['ses_bus', 2500]] }))
+  wake(2500)
   await until(async () => received.length === 2500, 2000, 'every event')
   t.ok(limits.every((limit) => limit !== undefined && limit <= 1000), `reads of at most 1000 events: ${limits.join(', ')}`)
   t.same(received, stored.map((e) => e.seq), 'each once, in order')
 
   // Written while the channel was down: a reconnect reads everything after, a page at a time.
   stored.push(...Array.from({ length: 1500 }, (_, i) => ({ ...event(`f${i + 1}`), seq: 2501 + i })))
-  reconnects.forEach((listener) => listener())
+  reconnect()
   await until(async () => received.length === 4000, 2000, 'the events written meanwhile')
   t.same(received.slice(2500), stored.slice(2500).map((e) => e.seq))
   t.ok(limits.every((limit) => limit !== undefined && limit <= 1000))
