@@ -25,7 +25,8 @@ export async function abandonAfterRestart(session: SessionRecord, run: RunRecord
   const previousStatus = run.status
   ctx.step = run.steps
   try {
-    const messages = await store.listMessages(session.id)
+    // A run's own user message is never among those a summary stands for (it is the current turn).
+    const { messages } = await store.listContextMessages(session.id)
     if (!messages.some((m) => m.id === run.messageId)) {
       await ctx.commit([{
         type: 'message',
