@@ -795,11 +795,13 @@ export class SqliteStore implements Store {
    * piece per write, newest first, then its messages a piece per write in their order, then the
    * sealed answers of the calls they leave open: a long session's fork does not hold the event
    * loop for all of it (250 000 events: ~480 ms in one transaction; 50 000 messages ~400 ms).
-   * getSession does not find the fork until the last piece. A fork cut short by a stop keeps its
-   * newest seq; it misses its oldest events or its newest messages.
+   * getSession does not find the fork until the last piece. A piece that fails has the fork
+   * deleted, as one transaction would have left nothing; a fork cut short by a stop keeps its
+   * newest seq, and misses its oldest events or its newest messages.
    */
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     this.#hidden.add(target.id)
+    let made = false
     try {
       const point = await this.#forkPoint(sourceId, atSeq)
       const { fork, lastPos } = await this.#write(() => {
@@ -813,6 +815,7 @@ export class SqliteStore implements Store {
         const { pos } = this.#stmt('SELECT max(pos) AS pos FROM messages WHERE session_id = ? AND at_seq <= ?').get(sourceId, at) as Row
         return { fork, lastPos: pos === null || pos === undefined ? 0 : Number(pos) }
       }, true)
+      made = true
       const oldest = this.#oldestSeq(sourceId) ?? fork.lastSeq
       for (let below = fork.lastSeq - PIECE_ROWS; below >= oldest; below -= PIECE_ROWS) {
         await this.#write(() => this.#stmt(COPY_EVENTS).run(fork.id, sourceId, below - PIECE_ROWS, below))
@@ -843,6 +846,12 @@ export class SqliteStore implements Store {
         })
       }
       return fork
+    } catch (err) {
+      if (made && !this.#closed) {
+        this.#hidden.delete(target.id)
+        await this.deleteSession(target.tenant, target.id).catch(() => undefined)
+      }
+      throw err
     } finally {
       this.#hidden.delete(target.id)
     }

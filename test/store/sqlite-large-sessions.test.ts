@@ -210,3 +210,21 @@ t.test('a session of many messages is forked and deleted without stalling the ev
   t.same(await store.listMessages('ses_talk'), [])
   t.equal((await store.listMessages('ses_talk_fork')).length, count + 3, 'the fork keeps its own')
 })
+
+t.test('a fork whose copy fails part-way leaves nothing behind, as one transaction would', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_src'))
+  for (let i = 0; i < 12_000; i += 2000) await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_src', i + j, null)))
+  await store.commit(['msg_1', 'msg_2', 'msg_3'].map((id): StoreWrite => ({
+    type: 'message', message: { id, sessionId: 'ses_src', runId: null, role: 'user', content: id, createdAt: new Date().toISOString() }
+  })))
+  // The second copied message gets the first one's ID: its piece fails on the unique key.
+  await t.rejects(store.forkSession('ses_src', testSession('ses_broken'), 12_000, { newMessageId: () => 'msg_same', sealedAnswer: () => 'sealed' }),
+    /UNIQUE/, 'the fork fails')
+  t.equal(await store.getSession('t', 'ses_broken'), null, 'no fork is left')
+  t.same(await store.listEvents('ses_broken', { after: 0 }), [], 'nor any of its events')
+  t.equal(await store.countSessions('t'), 1)
+  t.equal((await store.listEvents('ses_src', { after: 0 })).length, 12_000, 'the source is untouched')
+})
