@@ -103,8 +103,10 @@ export class RunExecution {
     return Math.min(session.limits.maxSteps ?? deps.maxSteps, deps.maxSteps)
   }
 
-  /** Runs the steps; a final answer comes back as writes (`answer`) for the run's end to commit with it. */
-  /** `history`: the stored messages from `offset` on, those before it being stood for by the newest summary. */
+  /**
+   * Runs the steps; a final answer comes back as writes (`answer`) for the run's end to commit with it.
+   * `history`: the stored messages from `offset` on, those before it being stood for by the newest summary.
+   */
   async #loop(history: MessageRecord[], offset: number): Promise<{ reason: DoneReason; answer?: StoreWrite[] }> {
     const ctx = this.#ctx
     const context = new ContextWindow({
