@@ -50,13 +50,14 @@ const certificateCodes = new Set([
 /**
  * The code of a TLS failure in `err` or its cause chain that no retry can fix: a certificate that is
  * self-signed, expired, from an unknown CA or for another host (`DEPTH_ZERO_SELF_SIGNED_CERT`,
- * `CERT_HAS_EXPIRED`, `ERR_TLS_CERT_ALTNAME_INVALID`, …). A handshake timeout is not one.
+ * `CERT_HAS_EXPIRED`, `ERR_TLS_CERT_ALTNAME_INVALID`, …), or an https URL whose port speaks plain
+ * HTTP (`ERR_SSL_WRONG_VERSION_NUMBER`). A handshake timeout is not one.
  */
 export function tlsFailureOf(err: unknown): string | undefined {
   for (const e of causeChain(err)) {
     const code = errnoOf(e)
     if (code === undefined || code === 'ERR_TLS_HANDSHAKE_TIMEOUT') continue
-    if (code.startsWith('CERT_') || code.startsWith('ERR_TLS_') || certificateCodes.has(code)) return code
+    if (code.startsWith('CERT_') || code.startsWith('ERR_TLS_') || certificateCodes.has(code) || code === 'ERR_SSL_WRONG_VERSION_NUMBER') return code
   }
   return undefined
 }

@@ -109,7 +109,7 @@ export class HookClient {
       // A certificate agentd does not trust: no retry fixes it, so runEnd does not wait out its retries.
       const tls = tlsFailureOf(err)
       if (tls !== undefined) {
-        throw new HookFailure('HOOK_UNREACHABLE', `its TLS certificate was refused (${tls})`, false, { errno: tls, reason: 'tls_error' })
+        throw new HookFailure('HOOK_UNREACHABLE', `its TLS handshake failed (${tls})`, false, { errno: tls, reason: 'tls_error' })
       }
       const code = (err as { code?: unknown }).code
       throw new HookFailure('HOOK_UNREACHABLE', `it could not be reached (${typeof code === 'string' ? code : (err as Error).message})`, true,

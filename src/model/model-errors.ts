@@ -256,15 +256,16 @@ function classifyStreamedError(
 /** Finds an undici or socket error code anywhere in the cause chain (fetch wraps them in `TypeError: fetch failed` / `terminated`). */
 function classifyTransportError(err: unknown): ModelError | null {
   // A certificate the service does not trust (self-signed, expired, another host's, an unknown
-  // CA): no retry can fix it, so the run fails at once instead of after its retries.
+  // CA), or https to a port that speaks plain HTTP: no retry can fix it, so the run fails at once
+  // instead of after its retries.
   const tls = tlsFailureOf(err)
   if (tls !== undefined) {
-    return createModelError('NETWORK_ERROR', `The model provider's TLS certificate was refused (${tls}): ${causeMessage(err)}`, {
+    return createModelError('NETWORK_ERROR', `The TLS handshake with the model provider failed (${tls}): ${causeMessage(err)}`, {
       cause: err,
       retryable: false,
       detail: { transportCode: tls, reason: 'tls_error' },
       recommendations: [
-        'Check that OPENAI_BASE_URL names the host its certificate is for.',
+        'Check that OPENAI_BASE_URL names the host its certificate is for, with https only where the server speaks TLS.',
         'A provider behind a private CA needs that CA in NODE_EXTRA_CA_CERTS (a PEM file) when agentd starts.',
         'Retrying cannot help until the certificate or the configuration changes.'
       ]

@@ -91,7 +91,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
         }
         const tls = tlsFailureOf(err)
         if (tls !== undefined) {
-          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} failed TLS verification (${tls}): ${(err as Error).message}`, {
+          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} failed the TLS handshake (${tls}): ${(err as Error).message}`, {
             url: redacted(url),
             reason: 'tls_error',
             errno: tls

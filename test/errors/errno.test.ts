@@ -31,7 +31,7 @@ t.test('a timeout or network code means the same to a tool and to a model call',
 
 t.test('a certificate or TLS verification failure is found anywhere in the cause chain; a handshake timeout is not one', async (t) => {
   for (const code of ['DEPTH_ZERO_SELF_SIGNED_CERT', 'SELF_SIGNED_CERT_IN_CHAIN', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-    'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'ERR_TLS_CERT_ALTNAME_INVALID', 'HOSTNAME_MISMATCH']) {
+    'CERT_HAS_EXPIRED', 'CERT_NOT_YET_VALID', 'ERR_TLS_CERT_ALTNAME_INVALID', 'HOSTNAME_MISMATCH', 'ERR_SSL_WRONG_VERSION_NUMBER']) {
     t.equal(tlsFailureOf(thrown(code)), code, code)
   }
   const wrapped = new TypeError('fetch failed', { cause: Object.assign(new Error('connect failed'), { code: 'UND_ERR_CONNECT', cause: thrown('CERT_HAS_EXPIRED') }) })

@@ -301,7 +301,7 @@ async function runEndFailing(t: TapTest, url: string): Promise<{ ctx: TestApp; s
 t.test('a runEnd receiver whose TLS certificate is not trusted is not retried', async (t) => {
   const receiver = await serveHttps(t, selfSignedCertificate(t))
   const { ctx, sessionId, warns } = await runEndFailing(t, `https://localhost:${receiver.port}/hook`)
-  t.match(warns[0]?.data.message, /failed: its TLS certificate was refused \(DEPTH_ZERO_SELF_SIGNED_CERT\); giving up after 1 attempt$/)
+  t.match(warns[0]?.data.message, /failed: its TLS handshake failed \(DEPTH_ZERO_SELF_SIGNED_CERT\); giving up after 1 attempt$/)
   t.match(warns[0]?.data.detail, { code: 'HOOK_UNREACHABLE', retryable: false, detail: { errno: 'DEPTH_ZERO_SELF_SIGNED_CERT', reason: 'tls_error', attempt: 1 } })
   await new Promise((resolve) => setTimeout(resolve, 100))
   t.equal(ofType(await observeEvents(ctx, sessionId), 'error').length, 1, 'one attempt, no retries')

@@ -261,11 +261,19 @@ t.test('a model server whose certificate is not trusted fails the call at once: 
   const { error } = await failure(provider)
   t.match(error.classified, {
     code: 'NETWORK_ERROR', errorType: 'runtime', retryable: false, fatal: true,
-    message: /TLS certificate was refused \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
+    message: /TLS handshake with the model provider failed \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
     detail: { transportCode: 'DEPTH_ZERO_SELF_SIGNED_CERT', reason: 'tls_error' },
     recommendations: [/OPENAI_BASE_URL/, /NODE_EXTRA_CA_CERTS/, /Retrying cannot help/]
   })
   t.equal(server.hits(), 0, 'no request reached the server')
+})
+
+t.test('an https base URL on a port that speaks plain HTTP fails the call at once, not after retries', async (t) => {
+  const { devModel } = await startTestDevModel(t)
+  const provider = createOpenAIProvider({ apiKey: 'k', baseURL: devModel.url.replace(/^http:/, 'https:'), connectTimeoutMs: 2000 })
+  t.teardown(() => provider.close())
+  const { error } = await failure(provider)
+  t.match(error.classified, { code: 'NETWORK_ERROR', retryable: false, detail: { transportCode: 'ERR_SSL_WRONG_VERSION_NUMBER', reason: 'tls_error' } })
 })
 
 t.test('a provider with neither key nor base URL fails every call with PROVIDER_NOT_CONFIGURED', async (t) => {

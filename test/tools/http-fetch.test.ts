@@ -279,7 +279,7 @@ t.test('a server whose certificate is not trusted is a TLS failure: not retryabl
       errorType: 'runtime',
       code: 'IO_ERROR',
       retryable: false,
-      message: /failed TLS verification \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
+      message: /failed the TLS handshake \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
       detail: { reason: 'tls_error', errno: 'DEPTH_ZERO_SELF_SIGNED_CERT', url: `${server.origin}/` },
       recommendations: [/certificate is not trusted.*do not retry/]
     }

@@ -253,7 +253,7 @@ t.test('a webhook whose certificate is not trusted is a TLS failure the model mu
     errorType: 'runtime',
     code: 'IO_ERROR',
     retryable: false,
-    error: /failed TLS verification \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
+    error: /failed the TLS handshake \(DEPTH_ZERO_SELF_SIGNED_CERT\)/,
     detail: { reason: 'tls_error', errno: 'DEPTH_ZERO_SELF_SIGNED_CERT' },
     recommendations: [/ledger's server presented a certificate that is not trusted.*do not retry.*operator must fix the webhook's certificate/]
   }, 'the model is told not to retry, and why')

@@ -197,7 +197,7 @@ async function send(
     }
     const tls = tlsFailureOf(err)
     if (tls !== undefined) {
-      throw new ToolFailure('IO_ERROR', `${url.host} failed TLS verification (${tls}): ${(err as Error).message}`,
+      throw new ToolFailure('IO_ERROR', `${url.host} failed the TLS handshake (${tls}): ${(err as Error).message}`,
         { url: withoutCredentials(url).href, reason: 'tls_error', errno: tls }, { retryable: false, cause: err })
     }
     throw new ToolFailure(
