@@ -7,7 +7,7 @@ import { answer, emptyUsage, errorResponses, ref } from '../schemas/common.ts'
 import {
   CreateSessionBodySchema, ForkBodySchema, ListSessionsQuerySchema, SESSION_PAGE_SIZE, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
 } from '../schemas/sessions.ts'
-import type { SessionRecord } from '../store/store.ts'
+import { isSessionGone, type SessionRecord } from '../store/store.ts'
 import { ToolSelectionError } from '../tools/catalog.ts'
 import { bodyDefaultsToEmpty, sessionOr404 } from './views.ts'
 
@@ -169,6 +169,10 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const fork = await store.forkSession(source.id, target, atSeq, {
       newMessageId: () => newId('msg'),
       sealedAnswer: (toolName) => JSON.stringify(toModelToolResult(unfinishedCallError(toolName, 'the session was forked before its result')))
+    }).catch((err: unknown) => {
+      // Deleted while it was being forked: as if the request had come after the deletion.
+      if (isSessionGone(err)) throw apiError('SESSION_NOT_FOUND', `No session ${source.id}`)
+      throw err
     })
     request.log.info({ sessionId: fork.id, forkedFrom: source.id, atSeq: fork.lastSeq }, 'session forked')
     return reply.status(201).send(toSessionView(fork, app.agentd.tools.defaultNames))

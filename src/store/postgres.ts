@@ -339,6 +339,9 @@ export class PostgresStore implements Store {
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.transaction(async (client) => {
+      // The source stays while it is copied: a deletion waits for the fork (FOR SHARE), or came first.
+      const source = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR SHARE', [sourceId])
+      if (source.rowCount === 0) throw new SessionGoneError(sourceId)
       // The first event of each run whose `done` is not at or before atSeq, in one pass over the
       // events: a NOT EXISTS looking for each event's `done` grew with the square of the session
       // (50 000 events in 1 000 runs: 1.6 s inside this transaction).

@@ -805,8 +805,10 @@ export class SqliteStore implements Store {
     try {
       const point = await this.#forkPoint(sourceId, atSeq)
       const { fork, lastPos } = await this.#write(() => {
+        const newest = this.#currentSeq(sourceId)
+        if (newest === undefined || this.#hidden.has(sourceId)) throw new SessionGoneError(sourceId)
         // Not past the source's newest event: the fork's newest seq is its newest copied event's.
-        const at = Math.min(point, this.#currentSeq(sourceId) ?? 0)
+        const at = Math.min(point, newest)
         const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
         this.#hot.insertSession.run(...sessionParams(fork, false))
         this.#setSeq(fork.id, at)
@@ -837,14 +839,14 @@ export class SqliteStore implements Store {
           return rows.length < PIECE_ROWS ? lastPos : Number(rows.at(-1)?.pos)
         })
       }
-      if (open.size > 0) {
-        await this.#write(() => {
-          const insert = this.#stmt(INSERT_MESSAGE)
-          for (const [callId, call] of open) {
-            insert.run(seal.newMessageId(), fork.id, call.runId, 'tool', seal.sealedAnswer(call.name), null, callId, fork.lastSeq, new Date().toISOString(), null)
-          }
-        })
-      }
+      await this.#write(() => {
+        // A source deleted meanwhile may have lost rows before they were copied.
+        if (this.#hidden.has(sourceId) || this.#currentSeq(sourceId) === undefined) throw new SessionGoneError(sourceId)
+        const insert = this.#stmt(INSERT_MESSAGE)
+        for (const [callId, call] of open) {
+          insert.run(seal.newMessageId(), fork.id, call.runId, 'tool', seal.sealedAnswer(call.name), null, callId, fork.lastSeq, new Date().toISOString(), null)
+        }
+      })
       return fork
     } catch (err) {
       if (made && !this.#closed) {

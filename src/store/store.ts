@@ -45,12 +45,14 @@ export interface Store {
   listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]>
 
   /**
-   * Creates `target` as a fork of the source session at `atSeq`, in one transaction: a fork holds
-   * only runs that had finished by then, so a point inside a run moves back to just before that
-   * run's first event. The events up to that point keep their seq numbers, the messages stored up
-   * to it are copied (new IDs, from `newMessageId`), and a tool call still without an answer gets
-   * a sealed one (`sealedAnswer`), so the fork's history is always consistent. Resolves with the
-   * fork as stored (its `lastSeq` is the point actually used).
+   * Creates `target` as a fork of the source session at `atSeq`, whole or not at all (SQLite copies
+   * a long session in pieces, the fork hidden until it is whole): a fork holds only runs that had
+   * finished by then, so a point inside a run moves back to just before that run's first event.
+   * The events up to that point keep their seq numbers, the messages stored up to it are copied
+   * (new IDs, from `newMessageId`), and a tool call still without an answer gets a sealed one
+   * (`sealedAnswer`), so the fork's history is always consistent. Resolves with the fork as stored
+   * (its `lastSeq` is the point actually used); fails with SessionGoneError when the source is
+   * gone, or is deleted before the fork is whole.
    */
   forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord>
 

@@ -89,3 +89,23 @@ t.test('forking a session while its run is going copies no part of that run', as
   t.same((await app.inject({ method: 'GET', url: `/v1/sessions/${fork.id}/messages` })).json().data.map((m: { content: string }) => m.content), ['one', 'first'])
   t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })).statusCode, 202)
 })
+
+t.test('a session deleted while it is being forked answers the fork 404, and leaves no fork', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  for (let i = 0; i < 100_000; i += 2000) {
+    await app.agentd.store.commit(Array.from({ length: 2000 }, (_, j) => ({
+      type: 'event' as const,
+      event: { sessionId: session.id, runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: { i: i + j } }
+    })))
+  }
+  const [forked, deleted] = await Promise.all([
+    app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/fork`, payload: {} }),
+    new Promise((resolve) => setTimeout(resolve, 5)).then(() => app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` }))
+  ])
+  t.equal(deleted.statusCode, 204)
+  t.equal(forked.statusCode, 404, 'not a 500, and not a fork missing what the deletion took')
+  t.match(forked.json(), { error: { code: 'SESSION_NOT_FOUND' } })
+  const listed = (await app.inject({ method: 'GET', url: '/v1/sessions' })).json().data
+  t.same(listed, [], 'no session is left, fork or source')
+})

@@ -205,6 +205,9 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal(early.lastSeq, 0, 'a run whose done comes after the point is left out')
     t.same(await store.listEvents('ses_f3', { after: 0 }), [])
     t.equal(await store.countSessions('t'), 4)
+    await store.deleteSession('t', 'ses_src')
+    await t.rejects(store.forkSession('ses_src', session('ses_f4'), 2, sealing), { code: 'SESSION_GONE' }, 'a deleted session is not forked')
+    t.equal(await store.getSessionById('ses_f4'), null, 'and no fork is made of it')
   })
 
   t.test('sessions: tenants, pages, counts and deletion of everything a session has', async (t) => {

@@ -228,3 +228,21 @@ t.test('a fork whose copy fails part-way leaves nothing behind, as one transacti
   t.equal(await store.countSessions('t'), 1)
   t.equal((await store.listEvents('ses_src', { after: 0 })).length, 12_000, 'the source is untouched')
 })
+
+t.test('a session deleted while it is being forked fails the fork, which leaves nothing behind', async (t) => {
+  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_src'))
+  for (let i = 0; i < 100_000; i += 2000) await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_src', i + j, null)))
+  const forking = store.forkSession('ses_src', testSession('ses_fork'), 100_000, { newMessageId: () => 'msg_copy', sealedAnswer: () => 'sealed' })
+    .then(() => 'forked', (err: Error) => err)
+  // The fork copies 25 pieces; the deletion starts while it does, and takes the oldest events first.
+  await new Promise((resolve) => setImmediate(resolve))
+  await new Promise((resolve) => setImmediate(resolve))
+  t.equal(await store.deleteSession('t', 'ses_src'), true)
+  t.match(await forking, { code: 'SESSION_GONE' }, 'the fork fails: what it had copied may miss what the deletion took first')
+  t.equal(await store.getSessionById('ses_fork'), null, 'no fork is left')
+  t.same(await store.listEvents('ses_fork', { after: 0 }), [])
+  t.equal(await store.countSessions('t'), 0)
+})
