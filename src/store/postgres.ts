@@ -339,8 +339,9 @@ export class PostgresStore implements Store {
 
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     return this.transaction(async (client) => {
-      // The source stays while it is copied: a deletion waits for the fork (FOR SHARE), or came first.
-      const source = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR SHARE', [sourceId])
+      // The source stays while it is copied: a deletion waits for the fork, or came first. FOR KEY
+      // SHARE holds off only a deletion: the source's own run goes on updating its row meanwhile.
+      const source = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE', [sourceId])
       if (source.rowCount === 0) throw new SessionGoneError(sourceId)
       // The first event of each run whose `done` is not at or before atSeq, in one pass over the
       // events: a NOT EXISTS looking for each event's `done` grew with the square of the session

@@ -84,8 +84,24 @@ t.test('a fork copies a long conversation in a few statements, in order, its ope
   await store.commit([{ type: 'message', message: { id: 'msg_call', sessionId: 'ses_long', runId: 'run_2', role: 'assistant', content: null, createdAt: at(),
     toolCalls: [{ id: 'call_open', name: 'fs_read', arguments: '{}' }] } }])
   let ids = 0
+  let copying: () => void = () => {}
+  const copyStarted = new Promise<void>((resolve) => { copying = resolve })
   const started = performance.now()
-  await store.forkSession('ses_long', testSession('ses_long_fork'), 0, { newMessageId: () => `msg_f${++ids}`, sealedAnswer: (name) => `sealed ${name}` })
+  const order: string[] = []
+  const forking = store.forkSession('ses_long', testSession('ses_long_fork'), 0, {
+    newMessageId: () => {
+      if (ids === 0) copying()
+      return `msg_f${++ids}`
+    },
+    sealedAnswer: (name) => `sealed ${name}`
+  }).then(() => order.push('forked'))
+  // While it copies (its messages' inserts are still to come): the source's own writes go on; its
+  // deletion waits for the fork to be whole.
+  await copyStarted
+  const updating = store.commit([{ type: 'session', id: 'ses_long', patch: { status: 'running' } }]).then(() => order.push('source updated'))
+  const deleting = store.deleteSession('t', 'ses_long').then(() => order.push('source deleted'))
+  await Promise.all([forking, updating, deleting])
+  t.same(order, ['source updated', 'forked', 'source deleted'], 'the fork holds off a deletion of its source, and nothing else')
   const ms = performance.now() - started
   // A round trip per message held the fork's transaction 9 s here; a statement per 2 000, under one.
   t.ok(ms < 4000, `forking ${count} messages took ${ms.toFixed(0)} ms`)
