@@ -6,6 +6,8 @@ const $ = (id) => document.getElementById(id)
 const KEY_STORE = 'agentd.apiKey'
 const OPEN_STORE = 'agentd.openSession'
 const RECONNECT_MS = 2000
+/** Stored events read per request when a session opens (the most the API gives at once). */
+const EVENT_PAGE = 1000
 
 /** An HTTP failure carrying the service's error envelope (or a stand-in for a network failure). */
 class ApiFailure extends Error {
@@ -254,11 +256,11 @@ async function follow(current) {
       current.catchingUp = true
       try {
         for (;;) {
-          const page = await api('GET', `/v1/sessions/${id}/events?after=${current.lastSeq}&limit=500`)
+          const page = await api('GET', `/v1/sessions/${id}/events?after=${current.lastSeq}&limit=${EVENT_PAGE}`)
           if (signal.aborted) return
           page.data.forEach((event) => receive(current, event))
           scrollToEnd()
-          if (page.data.length < 500) break
+          if (page.data.length < EVENT_PAGE) break
         }
       } finally {
         current.catchingUp = false

@@ -52,9 +52,9 @@ t.test('a session of 300 runs opens with every prompt, a few requests and a layo
   t.equal(await page.$$eval('#raw li', (items) => items.length), runs * 35, 'every event is in the raw view')
   // Before: a GET of the session for each run's `done` and of the first 100 messages for each run
   // whose question was not on them (575 requests); now the conversation in pages of 1000, the
-  // events in pages of 500, the session once, the stream.
+  // events in pages of 1000, the session once, the stream.
   const reads = requests.filter((path) => path.startsWith(`/v1/sessions/${sessionId}`))
-  t.ok(reads.length <= 30, `${reads.length} requests to open it: ${[...new Set(reads)].join(', ')}`)
+  t.ok(reads.length <= 20, `${reads.length} requests to open it: ${[...new Set(reads)].join(', ')}`)
   // Before: a layout per event (the timeline's height read to follow its end), 10 500 of them,
   // each longer than the last: 15 s to open this session.
   const laidOut = (await layouts()) - layoutsBefore
