@@ -10,6 +10,7 @@ import type { McpServerStatus } from './mcp/connection.ts'
 import type { McpServers, McpServersOptions } from './mcp/servers.ts'
 import { answerOutcome, createConcurrencyLimiter, runTool } from './runtime.ts'
 import type { ExecuteTool, SessionTool, SessionToolSet } from './tool-set.ts'
+import { createWebhookDispatcher } from './webhook.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
 
 /** A tool selection the server cannot honour (unknown name, host not allowed, bad schema). */
@@ -50,6 +51,8 @@ export class ToolCatalog {
   readonly #making = new Map<string, Promise<unknown>>()
   /** Workspaces made when their session was created (prepareWorkspace), each taken by the session's first run; null: none was needed. */
   readonly #prepared = new Map<string, Promise<string | null>>()
+  /** The connections of every webhook tool's calls; closed with the catalog. */
+  readonly #webhookDispatcher = createWebhookDispatcher()
 
   constructor(config: Readonly<Config>, options: ToolCatalogOptions = {}) {
     this.#config = config
@@ -57,7 +60,7 @@ export class ToolCatalog {
     this.#limiter = createConcurrencyLimiter(options.perSessionConcurrency ?? 4)
     this.#options = options
     this.registry = new ToolRegistry({
-      webhook: { allowedHosts: config.webhookHosts },
+      webhook: { allowedHosts: config.webhookHosts, dispatcher: this.#webhookDispatcher },
       dynamic: { list: () => this.#mcp?.list() ?? [], select: (item) => this.#mcp?.select(item) }
     })
     for (const tool of createBuiltinTools({
@@ -78,9 +81,11 @@ export class ToolCatalog {
     await this.#mcp.start()
   }
 
-  /** Stops the MCP servers (stdio ones with their process groups), and lets the workspaces being made finish. */
+  /** Stops the MCP servers (stdio ones with their process groups), lets the workspaces being made finish, and closes the webhook connections. */
   async close(): Promise<void> {
     await Promise.all([this.#mcp?.stop(), ...this.#making.values()])
+    // The runs have ended by now (drain): a call still open would be one whose run was abandoned.
+    await this.#webhookDispatcher.destroy().catch(() => undefined)
   }
 
   /** Each MCP server's state, for GET /v1/tools and /readyz. */

@@ -16,13 +16,20 @@ export interface WebhookOptions {
   maxResponseBytes?: number
   /** Used when the spec has no timeoutMs; the call's own tool timeout still applies. */
   defaultTimeoutMs?: number
-  /** Default: one pool for every webhook tool, whose host lookups take the tools' lookup slots (net-guard.ts). */
+  /**
+   * The connection pool of the calls: the catalog's one (createWebhookDispatcher), whose host
+   * lookups take the tools' lookup slots; undici's global dispatcher when none is given.
+   */
   dispatcher?: Dispatcher
 }
 
 /** undici's default connect timeout: a connection still waiting for a lookup slot then gives up with it. */
 const CONNECT_TIMEOUT_MS = 10_000
-const webhookDispatcher = new Agent({ connect: { lookup: queuedLookup(CONNECT_TIMEOUT_MS), timeout: CONNECT_TIMEOUT_MS } })
+
+/** One pool for every webhook tool of a service (ToolCatalog owns it): its host lookups take the tools' lookup slots (net-guard.ts). */
+export function createWebhookDispatcher(): Agent {
+  return new Agent({ connect: { lookup: queuedLookup(CONNECT_TIMEOUT_MS), timeout: CONNECT_TIMEOUT_MS } })
+}
 
 /** A tool a client brings as a URL (SPEC 7), marked so the loop and GET endpoints can tell. */
 export type WebhookTool = Tool & { kind: 'webhook'; url: string }
@@ -70,7 +77,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           headers: { 'content-type': 'application/json', accept: 'application/json' },
           body: JSON.stringify({ callId: ctx.callId, sessionId: ctx.sessionId, name: spec.name, input }),
           signal,
-          dispatcher: opts.dispatcher ?? webhookDispatcher
+          ...(opts.dispatcher ? { dispatcher: opts.dispatcher } : {})
         })
         for await (const chunk of response.body as AsyncIterable<Buffer>) {
           buffer.push(chunk)
