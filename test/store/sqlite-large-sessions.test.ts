@@ -2,7 +2,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { NewEvent, StoreWrite } from '../../src/store/store.ts'
-import { tempDir } from '../helpers/app.ts'
+import { tempDir, type TapTest } from '../helpers/app.ts'
 import { testSession } from './contract.ts'
 
 /**
@@ -20,6 +20,22 @@ function textChunk(sessionId: string, i: number, runId: string | null = 'run_big
     data: { step: 1, delta: `chunk ${i} of a long answer` }
   }
   return { type: 'event', event }
+}
+
+/** A store on a file of its own, migrated, with these sessions (of tenant `t`); closed when the test ends. */
+async function openStore(t: TapTest, ...sessionIds: string[]): Promise<SqliteStore> {
+  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+  t.teardown(() => store.close())
+  await store.migrate()
+  for (const id of sessionIds) await store.createSession(testSession(id))
+  return store
+}
+
+/** Stores `count` text chunks of `runId` in the session, 2 000 a commit. */
+async function addChunks(store: SqliteStore, sessionId: string, count: number, runId: string | null = 'run_big'): Promise<void> {
+  for (let i = 0; i < count; i += 2000) {
+    await store.commit(Array.from({ length: Math.min(2000, count - i) }, (_, j) => textChunk(sessionId, i + j, runId)))
+  }
 }
 
 /**
@@ -50,14 +66,8 @@ async function longestStall(work: () => Promise<unknown>): Promise<number> {
 }
 
 t.test('a session of many events is deleted without stalling the event loop, and hidden while it goes', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_big'))
-  await store.createSession(testSession('ses_other'))
-  for (let i = 0; i < EVENTS; i += 2000) {
-    await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_big', i + j)))
-  }
+  const store = await openStore(t, 'ses_big', 'ses_other')
+  await addChunks(store, 'ses_big', EVENTS)
   await store.commit([{ type: 'message', message: { id: 'msg_big', sessionId: 'ses_big', runId: null, role: 'user', content: 'hi', createdAt: new Date().toISOString() } }])
   t.equal((await store.getSession('t', 'ses_big'))?.lastSeq, EVENTS)
 
@@ -93,7 +103,7 @@ t.test('a deletion cut short leaves a session that keeps its seq numbers, and is
   const store = new SqliteStore(path)
   await store.migrate()
   await store.createSession(testSession('ses_cut'))
-  for (let i = 0; i < 12_000; i += 2000) await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_cut', i + j)))
+  await addChunks(store, 'ses_cut', 12_000)
   // The process stops mid-deletion: the store is closed while the pieces are still being removed.
   const deleting = store.deleteSession('t', 'ses_cut').catch((err: Error) => err)
   await new Promise((resolve) => setImmediate(resolve))
@@ -114,12 +124,9 @@ t.test('a deletion cut short leaves a session that keeps its seq numbers, and is
 })
 
 t.test('a session of many events is forked without stalling the event loop, the fork hidden until it is whole', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_src'))
+  const store = await openStore(t, 'ses_src')
   // Events of no run (the next test is about runs): the fork point is the whole history.
-  for (let i = 0; i <= EVENTS; i += 2000) await store.commit(Array.from({ length: Math.min(2000, EVENTS + 1 - i) }, (_, j) => textChunk('ses_src', i + j, null)))
+  await addChunks(store, 'ses_src', EVENTS + 1, null)
   await store.commit([{ type: 'message', message: { id: 'msg_src', sessionId: 'ses_src', runId: null, role: 'user', content: 'hi', createdAt: new Date().toISOString() } }])
 
   await quiet(store)
@@ -145,10 +152,7 @@ t.test('a session of many events is forked without stalling the event loop, the 
 })
 
 t.test('the point a fork of many runs starts from is found without stalling the event loop', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_runs'))
+  const store = await openStore(t, 'ses_runs')
   // 400 runs of 50 events, each ended by its `done` but the last, still going.
   const runs = 400
   for (let r = 0; r < runs; r++) {
@@ -166,10 +170,7 @@ t.test('the point a fork of many runs starts from is found without stalling the 
 })
 
 t.test('a session of many messages is forked and deleted without stalling the event loop', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_talk'))
+  const store = await openStore(t, 'ses_talk')
   const at = () => new Date().toISOString()
   // 50 000 messages: user and assistant turns; the last assistant asks for two tools, one answered.
   const count = 50_000
@@ -212,11 +213,8 @@ t.test('a session of many messages is forked and deleted without stalling the ev
 })
 
 t.test('a fork whose copy fails part-way leaves nothing behind, as one transaction would', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_src'))
-  for (let i = 0; i < 12_000; i += 2000) await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_src', i + j, null)))
+  const store = await openStore(t, 'ses_src')
+  await addChunks(store, 'ses_src', 12_000, null)
   await store.commit(['msg_1', 'msg_2', 'msg_3'].map((id): StoreWrite => ({
     type: 'message', message: { id, sessionId: 'ses_src', runId: null, role: 'user', content: id, createdAt: new Date().toISOString() }
   })))
@@ -230,11 +228,8 @@ t.test('a fork whose copy fails part-way leaves nothing behind, as one transacti
 })
 
 t.test('a session deleted while it is being forked fails the fork, which leaves nothing behind', async (t) => {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_src'))
-  for (let i = 0; i < 100_000; i += 2000) await store.commit(Array.from({ length: 2000 }, (_, j) => textChunk('ses_src', i + j, null)))
+  const store = await openStore(t, 'ses_src')
+  await addChunks(store, 'ses_src', 100_000, null)
   const forking = store.forkSession('ses_src', testSession('ses_fork'), 100_000, { newMessageId: () => 'msg_copy', sealedAnswer: () => 'sealed' })
     .then(() => 'forked', (err: Error) => err)
   // The fork copies 25 pieces; the deletion starts while it does, and takes the oldest events first.
