@@ -803,7 +803,9 @@ export class SqliteStore implements Store {
     this.#hidden.add(target.id)
     let made = false
     try {
-      const point = await this.#forkPoint(sourceId, atSeq)
+      // Events up to atSeq never change (a deletion meanwhile fails the fork at its last write).
+      const oldest = this.#oldestSeq(sourceId)
+      const point = await this.#forkPoint(sourceId, atSeq, oldest ?? atSeq)
       const { fork, lastPos } = await this.#write(() => {
         const newest = this.#currentSeq(sourceId)
         if (newest === undefined || this.#hidden.has(sourceId)) throw new SessionGoneError(sourceId)
@@ -818,8 +820,7 @@ export class SqliteStore implements Store {
         return { fork, lastPos: pos === null || pos === undefined ? 0 : Number(pos) }
       }, true)
       made = true
-      const oldest = this.#oldestSeq(sourceId) ?? fork.lastSeq
-      for (let below = fork.lastSeq - PIECE_ROWS; below >= oldest; below -= PIECE_ROWS) {
+      for (let below = fork.lastSeq - PIECE_ROWS; below >= (oldest ?? fork.lastSeq); below -= PIECE_ROWS) {
         await this.#write(() => this.#stmt(COPY_EVENTS).run(fork.id, sourceId, below - PIECE_ROWS, below))
       }
       // The calls of the copied messages without an answer among them: sealed once all are copied.
@@ -862,15 +863,14 @@ export class SqliteStore implements Store {
   /**
    * The last seq <= atSeq at which no run of the session is half done: a run whose first event
    * is at or before atSeq but whose `done` is not moves the point back to just before it.
-   * The events up to atSeq are read PIECE_ROWS seqs a turn (they never change): one query that
-   * looked for each run event's `done` took time quadratic in the session's events (20 000
-   * events in 400 runs: 10.7 s of the event loop).
+   * The events from `oldest` up to atSeq are read PIECE_ROWS seqs a turn (they never change): one
+   * query that looked for each run event's `done` took time quadratic in the session's events
+   * (20 000 events in 400 runs: 10.7 s of the event loop).
    */
-  async #forkPoint(sessionId: string, atSeq: number): Promise<number> {
+  async #forkPoint(sessionId: string, atSeq: number, oldest: number): Promise<number> {
     const firstOfRun = new Map<string, number>()
     const ended = new Set<string>()
     const read = this.#stmt('SELECT seq, run_id, type FROM events WHERE session_id = ? AND seq > ? AND seq <= ? AND run_id IS NOT NULL ORDER BY seq')
-    const oldest = this.#oldestSeq(sessionId) ?? atSeq
     for (let after = oldest - 1; after < atSeq; after += PIECE_ROWS) {
       if (after > oldest - 1) await nextTurn()
       for (const row of read.all(sessionId, after, Math.min(after + PIECE_ROWS, atSeq)) as Row[]) {
