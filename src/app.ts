@@ -214,7 +214,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const log = app.log as unknown as Logger
   const rawStore = options.store ?? (await openStore(config, {
     onIdleError: (err) => log.warn({ err }, 'an idle database connection failed'),
-    onCheckpointFailure: (err) => log.warn({ err }, 'the WAL checkpoint thread failed; the store checkpoints on the event loop from now on')
+    onCheckpointFailure: (err) => log.warn({ err }, 'the WAL checkpoint thread failed; the store checkpoints on the event loop from now on'),
+    onRemovalFailure: (err) => log.error({ err }, 'a session a stop left half deleted or half forked could not be removed; the next start tries again')
   }))
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))

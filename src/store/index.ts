@@ -7,6 +7,8 @@ export interface StoreReports {
   onIdleError?: (err: Error) => void
   /** SQLite: the WAL checkpoint thread failed; the store checkpoints on its own connection from then on. */
   onCheckpointFailure?: (err: Error) => void
+  /** SQLite: a session that a stop left half deleted or half forked could not be removed (the next start tries again). */
+  onRemovalFailure?: (err: Error) => void
 }
 
 /**
@@ -36,5 +38,7 @@ export async function openStore(
   const store = new SqliteStore(config.db, onCheckpointFailure ? { onCheckpointFailure } : {})
   await store.migrate()
   await store.releaseOrphanedClaims()
+  // Deletions and forks a stop cut short: hidden from now on, removed while the service runs.
+  void store.removeUnfinished(reports.onRemovalFailure)
   return store
 }

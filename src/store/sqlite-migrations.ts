@@ -149,5 +149,15 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
     // A run reads its history from the newest summary on (listContextMessages): found here
     // without reading the messages before it.
     sql: `CREATE INDEX messages_summaries ON messages (session_id, pos) WHERE role = 'summary';`
+  },
+  {
+    version: 7,
+    name: 'sessions not whole',
+    // A session being deleted, or made by a fork still copying: both go a piece per write
+    // (deleteSession, forkSession). Listed here from their first write to their last, such a
+    // session is left out of every listing, and one a stop cut short is removed at the next start.
+    sql: `CREATE TABLE unfinished_sessions (
+      session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE
+    ) WITHOUT ROWID;`
   }
 ]

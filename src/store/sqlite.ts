@@ -74,6 +74,12 @@ const WAL_PAGES_BACKSTOP = 10_000
 const PIECE_ROWS = 4000
 const PURGE_EVENTS = `DELETE FROM events WHERE session_id = ? AND seq < ? AND seq IN
   (SELECT seq FROM events WHERE session_id = ? AND seq < ? ORDER BY seq LIMIT ?)`
+/**
+ * A session whose rows are being removed or copied a piece per write (deleteSession, forkSession):
+ * left out of listings until the work is done, and removed at the next start should a stop cut
+ * it short (removeUnfinished). The marker goes with the session row (ON DELETE CASCADE).
+ */
+const MARK_UNFINISHED = 'INSERT OR IGNORE INTO unfinished_sessions (session_id) VALUES (?)'
 /** For each other table of a session's rows: whether more than a piece is left, and the statement that removes a piece. */
 const PURGE_CHILDREN = [
   ['SELECT 1 FROM messages WHERE session_id = ? ORDER BY pos DESC LIMIT 1 OFFSET ?',
@@ -258,7 +264,11 @@ export class SqliteStore implements Store {
    * once per session, not per event.
    */
   readonly #lastSeq = new Map<string, number>()
-  /** Sessions being deleted (deleteSession) or made by a fork that is still copying (forkSession): getSession does not find them. */
+  /**
+   * Sessions being deleted (deleteSession), made by a fork that is still copying (forkSession), or
+   * left unfinished by a stop and being removed (removeUnfinished): getSession does not find them.
+   * (The table unfinished_sessions keeps them out of listings, and across a restart.)
+   */
   readonly #hidden = new Set<string>()
   /** While an atomic write runs: the seqs it moved, to put back if its savepoint is rolled back. */
   #seqUndo: Array<{ sessionId: string; last: number | undefined }> | null = null
@@ -528,6 +538,30 @@ export class SqliteStore implements Store {
     return this.#write(() => Number(this.#stmt(`DELETE FROM idempotency WHERE state = 'in_progress'`).run().changes))
   }
 
+  /**
+   * Removes the sessions a stop left unfinished: a deletion cut short, or a fork whose copy was
+   * (its ID was never answered). Each is hidden at once, then removed a piece per write while the
+   * service runs, so that a long one does not hold up the start. Resolves with how many were
+   * removed; never rejects: a removal that fails is told to `onFailure` (not when the store is
+   * closing) and tried again at the next start.
+   */
+  async removeUnfinished(onFailure: (err: Error) => void = () => undefined): Promise<number> {
+    const unfinished = this.#stmt(
+      'SELECT s.id, s.tenant FROM unfinished_sessions u JOIN sessions s ON s.id = u.session_id'
+    ).all() as Array<{ id: string; tenant: string }>
+    for (const { id } of unfinished) this.#hidden.add(id)
+    let removed = 0
+    for (const { id, tenant } of unfinished) {
+      try {
+        if (await this.#remove(tenant, id)) removed++
+      } catch (err) {
+        if (err instanceof StoreClosedError) break
+        onFailure(err as Error)
+      }
+    }
+    return removed
+  }
+
   async ping(): Promise<void> {
     this.#stmt('SELECT 1').get()
   }
@@ -687,9 +721,10 @@ export class SqliteStore implements Store {
   }
 
   async listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]> {
+    const whole = 'id NOT IN (SELECT session_id FROM unfinished_sessions)'
     const rows = options.before
-      ? this.#stmt(`${SELECT_SESSION} WHERE tenant = ? AND id < ? ORDER BY id DESC LIMIT ?`).all(tenant, options.before, options.limit)
-      : this.#stmt(`${SELECT_SESSION} WHERE tenant = ? ORDER BY id DESC LIMIT ?`).all(tenant, options.limit)
+      ? this.#stmt(`${SELECT_SESSION} WHERE tenant = ? AND id < ? AND ${whole} ORDER BY id DESC LIMIT ?`).all(tenant, options.before, options.limit)
+      : this.#stmt(`${SELECT_SESSION} WHERE tenant = ? AND ${whole} ORDER BY id DESC LIMIT ?`).all(tenant, options.limit)
     return (rows as Row[]).map(toSession)
   }
 
@@ -704,19 +739,31 @@ export class SqliteStore implements Store {
    * tool calls and runs while more than a piece of them is left; then the session row, whose
    * cascade takes the rest. One transaction for all of it held the event loop ~1 µs a row (a
    * session of a million events: a second, for every tenant). Meanwhile getSession no longer
-   * finds it. A deletion cut short (the process stopped) leaves a session a new deletion
-   * finishes: its newest event stays to the last piece, so that it hands no seq out twice, and its
-   * messages go newest first, so that what is left of its conversation is its beginning (a
-   * summary's `replacesMessages` counts from there).
+   * finds it, and from its first write on, listings leave it out (unfinished_sessions). A
+   * deletion cut short (the process stopped) is finished at the next start (removeUnfinished);
+   * one that failed (an I/O error) is finished by a new deletion, or by the next start. Its newest
+   * event stays to the last piece, so that it hands no seq out twice, and its messages go newest
+   * first, so that what is left of its conversation is its beginning (a summary's
+   * `replacesMessages` counts from there).
    */
   async deleteSession(tenant: string, id: string): Promise<boolean> {
     if (this.#hidden.has(id) || !(await this.getSession(tenant, id))) return false
+    return this.#remove(tenant, id)
+  }
+
+  /** Removes a session's rows a piece per write (deleteSession); false when its row was gone by the last one. */
+  async #remove(tenant: string, id: string): Promise<boolean> {
     this.#hidden.add(id)
     try {
       const newest = this.#currentSeq(id) ?? 0
       let removed: number
-      do removed = await this.#write(() => Number(this.#stmt(PURGE_EVENTS).run(id, newest, id, newest, PIECE_ROWS).changes))
-      while (removed === PIECE_ROWS)
+      do {
+        removed = await this.#write(() => {
+          // Every piece marks it (a no-op once marked): a batch run again after a rollback runs each write again.
+          this.#stmt(MARK_UNFINISHED).run(id)
+          return Number(this.#stmt(PURGE_EVENTS).run(id, newest, id, newest, PIECE_ROWS).changes)
+        })
+      } while (removed === PIECE_ROWS)
       for (const [beyondPiece, purge] of PURGE_CHILDREN) {
         let more = true
         while (more) {
@@ -795,9 +842,9 @@ export class SqliteStore implements Store {
    * piece per write, newest first, then its messages a piece per write in their order, then the
    * sealed answers of the calls they leave open: a long session's fork does not hold the event
    * loop for all of it (250 000 events: ~480 ms in one transaction; 50 000 messages ~400 ms).
-   * getSession does not find the fork until the last piece. A piece that fails has the fork
-   * deleted, as one transaction would have left nothing; a fork cut short by a stop keeps its
-   * newest seq, and misses its oldest events or its newest messages.
+   * getSession does not find the fork until the last piece, nor do listings (unfinished_sessions).
+   * A piece that fails has the fork deleted, as one transaction would have left nothing; a fork
+   * cut short by a stop (its ID never answered) is removed at the next start (removeUnfinished).
    */
   async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
     this.#hidden.add(target.id)
@@ -813,6 +860,7 @@ export class SqliteStore implements Store {
         const at = Math.min(point, newest)
         const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }
         this.#hot.insertSession.run(...sessionParams(fork, false))
+        this.#stmt(MARK_UNFINISHED).run(fork.id)
         this.#setSeq(fork.id, at)
         this.#stmt(COPY_EVENTS).run(fork.id, sourceId, at - PIECE_ROWS, at)
         // The messages stored by now are the fork's: a message stored later has a later pos, whatever its at_seq.
@@ -847,7 +895,9 @@ export class SqliteStore implements Store {
         for (const [callId, call] of open) {
           insert.run(seal.newMessageId(), fork.id, call.runId, 'tool', seal.sealedAnswer(call.name), null, callId, fork.lastSeq, new Date().toISOString(), null)
         }
-      })
+        // Whole: listed from this commit on.
+        this.#stmt('DELETE FROM unfinished_sessions WHERE session_id = ?').run(fork.id)
+      }, true)
       return fork
     } catch (err) {
       if (made && !this.#closed) {

@@ -1,8 +1,10 @@
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import t from 'tap'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import type { NewEvent, StoreWrite } from '../../src/store/store.ts'
-import { tempDir, type TapTest } from '../helpers/app.ts'
+import { DEFAULT_TENANT } from '../../src/http/auth.ts'
+import { buildTestApp, tempDir, type TapTest } from '../helpers/app.ts'
 import { testSession } from './contract.ts'
 
 /**
@@ -98,29 +100,97 @@ t.test('a session of many events is deleted without stalling the event loop, and
   t.equal((await store.listEvents('ses_other', { after: 0 })).length, otherWritesWhileDeleting, 'the other session kept every event')
 })
 
-t.test('a deletion cut short leaves a session that keeps its seq numbers, and is finished by the next one', async (t) => {
+t.test('a deletion cut short by a stop is hidden, and finished at the next start', async (t) => {
   const path = join(tempDir(t), 'agentd.db')
   const store = new SqliteStore(path)
   await store.migrate()
   await store.createSession(testSession('ses_cut'))
+  await store.createSession(testSession('ses_kept'))
   await addChunks(store, 'ses_cut', 12_000)
   // The process stops mid-deletion: the store is closed while the pieces are still being removed.
   const deleting = store.deleteSession('t', 'ses_cut').catch((err: Error) => err)
   await new Promise((resolve) => setImmediate(resolve))
   await new Promise((resolve) => setImmediate(resolve))
+  t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_kept'], 'a session being deleted is not listed')
   await store.close()
   t.match(await deleting, { code: 'STORE_CLOSED' }, 'the deletion did not finish')
 
   const reopened = new SqliteStore(path)
   t.teardown(() => reopened.close())
   await reopened.migrate()
-  const left = await reopened.getSession('t', 'ses_cut')
-  t.equal(left?.lastSeq, 12_000, 'the session is still there, its newest seq kept')
-  t.ok((await reopened.listEvents('ses_cut', { after: 0 })).length < 12_000, 'some of its oldest events went')
-  const [next] = await reopened.commit([textChunk('ses_cut', 12_000)])
-  t.equal(next?.seq, 12_001, 'no seq is handed out twice')
-  t.equal(await reopened.deleteSession('t', 'ses_cut'), true, 'deleting it again finishes the job')
-  t.same(await reopened.listEvents('ses_cut', { after: 0 }), [])
+  const remains = (await reopened.listEvents('ses_cut', { after: 0 })).length
+  t.ok(remains > 0 && remains < 12_000, `the file holds the rest of it (${remains} of 12 000 events)`)
+  t.same((await reopened.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_kept'], 'nor is it listed after the restart')
+  const removing = reopened.removeUnfinished()
+  t.equal(await reopened.getSession('t', 'ses_cut'), null, 'it is not found from the start on')
+  t.equal(await removing, 1, 'the start finishes the deletion')
+  t.equal(await reopened.getSessionById('ses_cut'), null, 'its row is gone')
+  t.same(await reopened.listEvents('ses_cut', { after: 0 }), [], 'and its events')
+  t.equal((await reopened.getSession('t', 'ses_kept'))?.id, 'ses_kept', 'the other session is untouched')
+  t.equal(await reopened.removeUnfinished(), 0, 'nothing is left for the next start')
+})
+
+t.test('a fork cut short by a stop is never listed, and is removed at the next start', async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  const store = new SqliteStore(path)
+  await store.migrate()
+  await store.createSession(testSession('ses_src'))
+  await addChunks(store, 'ses_src', 12_001, null)
+  await store.commit([{ type: 'message', message: { id: 'msg_src', sessionId: 'ses_src', runId: null, role: 'user', content: 'hi', createdAt: new Date().toISOString() } }])
+  const forking = store.forkSession('ses_src', testSession('ses_half'), 12_001, { newMessageId: () => 'msg_copy', sealedAnswer: () => 'sealed' })
+    .catch((err: Error) => err)
+  // The process stops once the fork's first piece (its row, its newest events) is in the file.
+  while (!(await store.getSessionById('ses_half'))) await new Promise((resolve) => setImmediate(resolve))
+  t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_src'], 'a fork still copying is not listed')
+  await store.close()
+  t.match(await forking, { code: 'STORE_CLOSED' }, 'the fork did not finish')
+
+  const reopened = new SqliteStore(path)
+  t.teardown(() => reopened.close())
+  await reopened.migrate()
+  const copied = (await reopened.listEvents('ses_half', { after: 0 })).length
+  t.ok(copied > 0 && copied < 12_001, `the file holds part of the fork (${copied} of 12 001 events)`)
+  t.same((await reopened.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_src'], 'nor is it listed after the restart')
+  const removing = reopened.removeUnfinished()
+  t.equal(await reopened.getSession('t', 'ses_half'), null, 'it is not found from the start on')
+  t.equal(await removing, 1, 'the start removes it')
+  t.equal(await reopened.getSessionById('ses_half'), null, 'its row is gone')
+  t.same(await reopened.listEvents('ses_half', { after: 0 }), [], 'and the events it had copied')
+  const source = await reopened.getSession('t', 'ses_src')
+  t.equal(source?.lastSeq, 12_001, 'the source is untouched')
+  t.equal((await reopened.listEvents('ses_src', { after: 0 })).length, 12_001)
+  t.same((await reopened.listMessages('ses_src')).map((m) => m.content), ['hi'])
+})
+
+t.test('the service removes, as it starts, a fork that a stop cut short', async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  const store = new SqliteStore(path)
+  await store.migrate()
+  await store.createSession(testSession('ses_src', { tenant: DEFAULT_TENANT }))
+  await addChunks(store, 'ses_src', 12_001, null)
+  const forking = store.forkSession('ses_src', testSession('ses_half', { tenant: DEFAULT_TENANT }), 12_001, {
+    newMessageId: () => 'msg_copy', sealedAnswer: () => 'sealed'
+  }).catch((err: Error) => err)
+  while (!(await store.getSessionById('ses_half'))) await new Promise((resolve) => setImmediate(resolve))
+  await store.close()
+  t.match(await forking, { code: 'STORE_CLOSED' })
+
+  const { app } = await buildTestApp(t, { env: { AGENTD_DB: path } })
+  const listed = await app.inject({ method: 'GET', url: '/v1/sessions' })
+  t.same(listed.json().data.map((s: { id: string }) => s.id), ['ses_src'], 'the half fork is not listed')
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions/ses_half' })).statusCode, 404, 'nor found')
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions/ses_src' })).json().lastSeq, 12_001, 'its source is')
+  // The removal goes on while the service serves; another connection to the file sees it end.
+  const file = new DatabaseSync(path, { readOnly: true })
+  t.teardown(() => file.close())
+  const rowsOf = (id: string) => Number((file.prepare('SELECT count(*) AS n FROM events WHERE session_id = ?').get(id) as { n: number }).n)
+  const deadline = Date.now() + 10_000
+  while (file.prepare('SELECT 1 FROM sessions WHERE id = ?').get('ses_half') && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  t.equal(file.prepare('SELECT 1 FROM sessions WHERE id = ?').get('ses_half'), undefined, 'the half fork is removed from the file')
+  t.equal(rowsOf('ses_half'), 0, 'with the events it had copied')
+  t.equal(rowsOf('ses_src'), 12_001, 'and the source keeps all of its own')
 })
 
 t.test('a session of many events is forked without stalling the event loop, the fork hidden until it is whole', async (t) => {
@@ -131,17 +201,21 @@ t.test('a session of many events is forked without stalling the event loop, the 
 
   await quiet(store)
   let seenWhileCopying: unknown = 'not looked'
+  let listedWhileCopying: string[] = []
   let fork: Awaited<ReturnType<SqliteStore['forkSession']>> | undefined
   const stall = await longestStall(async () => {
     const forking = store.forkSession('ses_src', testSession('ses_fork'), EVENTS + 1, { newMessageId: () => 'msg_copy', sealedAnswer: () => 'sealed' })
     await new Promise((resolve) => setTimeout(resolve, 5))
     seenWhileCopying = await store.getSession('t', 'ses_fork')
+    listedWhileCopying = (await store.listSessions('t', { limit: 10 })).map((s) => s.id)
     fork = await forking
   })
   t.equal(seenWhileCopying, null, 'a fork still copying is not found')
+  t.same(listedWhileCopying, ['ses_src'], 'nor listed')
   t.ok(stall < 100, `the event loop's longest stall while ${EVENTS} events were copied: ${stall.toFixed(1)} ms`)
   t.equal(fork?.lastSeq, EVENTS + 1)
   t.equal((await store.getSession('t', 'ses_fork'))?.lastSeq, EVENTS + 1, 'found once whole')
+  t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_src', 'ses_fork'], 'and listed')
   const copied = await store.listEvents('ses_fork', { after: 0 })
   t.equal(copied.length, EVENTS + 1, 'every event is copied')
   t.ok(copied.every((e, i) => e.seq === i + 1), 'under the same seqs, in order')
