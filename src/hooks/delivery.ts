@@ -4,6 +4,7 @@ import { classified } from '../errors/classified.ts'
 import { tlsFailureOf } from '../errors/errno.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
+import { queuedLookup } from '../tools/net-guard.ts'
 import { basicAuthorization, withoutCredentials } from '../tools/url-credentials.ts'
 import type { HookDefinition } from './config.ts'
 
@@ -56,15 +57,20 @@ export interface Delivery {
   ignoreAnswer?: boolean
 }
 
+/** How long a hook's connection may take, its host lookup included (queued for a lookup slot too). */
+const CONNECT_TIMEOUT_MS = 5000
+
 /**
  * POSTs signed JSON to operator hooks over its own connection pool (a hung hook server cannot
- * take the model's connections), with a deadline per attempt and a cap on the answer.
+ * take the model's connections), with a deadline per attempt and a cap on the answer. Its host
+ * lookups take the tools' lookup slots (net-guard.ts): a hook host whose DNS never answers holds
+ * no more of libuv's thread pool than a tool's would.
  */
 export class HookClient {
   readonly #dispatcher: Dispatcher
 
   constructor(dispatcher?: Dispatcher) {
-    this.#dispatcher = dispatcher ?? new Agent({ connect: { timeout: 5000 } })
+    this.#dispatcher = dispatcher ?? new Agent({ connect: { timeout: CONNECT_TIMEOUT_MS, lookup: queuedLookup(CONNECT_TIMEOUT_MS) } })
   }
 
   /**

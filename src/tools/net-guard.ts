@@ -123,7 +123,8 @@ export interface CheckedAddress {
 export type Resolve = (hostname: string, signal: AbortSignal) => Promise<CheckedAddress[]>
 
 /**
- * Host lookups tools make at once, all sessions and tenants together. getaddrinfo runs on libuv's
+ * Host lookups tools make at once, all sessions and tenants together, with the hooks' and the MCP
+ * servers' (src/hooks/delivery.ts, src/tools/mcp/connection.ts). getaddrinfo runs on libuv's
  * thread pool (4 threads by default) and cannot be cancelled: a name whose DNS never answers holds
  * its thread until the system resolver gives up, tens of seconds later. Bounded, such lookups take
  * at most two threads, and fs, zlib and crypto work keeps the others. The pool is the process's, so

@@ -1,8 +1,9 @@
 import t from 'tap'
 import type { Test } from 'tap'
 import { execFileSync } from 'node:child_process'
+import dns from 'node:dns'
 import dnsPromises from 'node:dns/promises'
-import { closeSync, constants, openSync } from 'node:fs'
+import { closeSync, constants, openSync, writeFileSync } from 'node:fs'
 import { open } from 'node:fs/promises'
 import { syncBuiltinESMExports } from 'node:module'
 import { join } from 'node:path'
@@ -14,17 +15,27 @@ import { makeWorkspace } from '../fixtures/tools/context.ts'
 import { buildTestApp, tempDir } from '../helpers/app.ts'
 
 // Names under .hang.test never answer. The tools' lookups (net-guard.ts) go through
-// dns/promises' lookup, replaced here for the whole process; other names resolve as usual.
+// dns/promises' lookup, and a connection made without a lookup of its own (Node's and undici's
+// default) through dns' lookup: both are replaced here for the whole process; other names resolve as usual.
 type Lookup = typeof dnsPromises.lookup
+type CallbackLookup = (hostname: string, options: unknown, callback?: (err: Error | null, ...rest: unknown[]) => void) => void
 
-/** Replaces dns/promises' lookup for names under .hang.test until the test ends. */
+/** Replaces dns/promises' and dns' lookups for names under .hang.test until the test ends. */
 function hangingNames(t: Test, hang: (hostname: string) => Promise<never>): void {
   const system = dnsPromises.lookup
   const lookup = ((hostname: string, options: never) => (hostname.endsWith('.hang.test') ? hang(hostname) : system(hostname, options))) as Lookup
   dnsPromises.lookup = lookup
+  const systemCallback = dns.lookup as unknown as CallbackLookup
+  const callbackLookup: CallbackLookup = (hostname, options, callback) => {
+    if (!hostname.endsWith('.hang.test')) return systemCallback(hostname, options, callback)
+    const done = (typeof options === 'function' ? options : callback) as (err: Error) => void
+    hang(hostname).catch(done)
+  }
+  ;(dns as unknown as { lookup: CallbackLookup }).lookup = callbackLookup
   syncBuiltinESMExports()
   t.teardown(() => {
     dnsPromises.lookup = system
+    ;(dns as unknown as { lookup: CallbackLookup }).lookup = systemCallback
     syncBuiltinESMExports()
   })
 }
@@ -114,6 +125,39 @@ t.test('DNS that never answers holds at most two pool threads: fs tools of other
     const seen = devModel.requests.flatMap((r) => r.body.messages).find((m) => m.role === 'tool' && m.tool_call_id === call?.id)
     t.match(JSON.parse(String(seen?.content)), { ok: false, errorType: 'aborted', code: 'TIMEOUT' }, 'the model got the TIMEOUT envelope')
   }
+  await resolver.release()
+  await fsWork
+})
+
+t.test('hooks and MCP servers look their hosts up through the same two slots: fs tools keep their threads', async (t) => {
+  const resolver = poolHoldingLookups(t)
+  const dir = tempDir(t)
+  const hooks = join(dir, 'hooks.json')
+  writeFileSync(hooks, JSON.stringify({ hooks: [{ on: 'preToolUse', url: 'http://policy.hang.test/check', tools: ['http_fetch'], timeoutMs: 1000 }] }))
+  const mcp = join(dir, 'mcp.json')
+  writeFileSync(mcp, JSON.stringify({ mcpServers: { far: { url: 'http://mcp.hang.test/mcp' } } }))
+  const { app } = await buildTestApp(t, {
+    env: { AGENTD_HOOKS_CONFIG: hooks, AGENTD_MCP_CONFIG: mcp },
+    app: { tools: { mcp: { backoffBaseMs: 50, backoffCapMs: 200, connectTimeoutMs: 1000 } } }
+  })
+  // An MCP server reconnecting, and three calls whose preToolUse hook looks its host up: more
+  // lookups than libuv's pool has threads.
+  for (const n of [1, 2, 3]) {
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['http_fetch'] } })).json()
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: `call http_fetch {"url": "http://site-${n}.hang.test/"}` } })
+  }
+  for (let i = 0; i < 300 && resolver.state.started < 2; i++) await delay(10)
+
+  const began = Date.now()
+  const fsWork = (async () => {
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['fs_write', 'fs_read'] } })).json()
+    const content = 'call fs_write {"path": "note.txt", "content": "still here"} call fs_read {"path": "note.txt"}'
+    return (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content } })).json()
+  })()
+  const done = await Promise.race([fsWork, delay(3000, null)])
+  t.ok(done, `the fs tools answered while the hook's and the MCP server's lookups hang (${Date.now() - began} ms)`)
+  t.equal(done?.run.status, 'completed')
+  t.equal(resolver.state.started, 2, 'only two lookups reached the resolver')
   await resolver.release()
   await fsWork
 })

@@ -4,9 +4,11 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv'
 import { ResultSchema, ToolListChangedNotificationSchema, ToolSchema, type Tool as McpToolInfo } from '@modelcontextprotocol/sdk/types.js'
 import type { Logger } from 'pino'
+import { Agent, fetch as undiciFetch } from 'undici'
 import { version } from '../../version.ts'
 import type { Tool } from '../types.ts'
 import type { McpServerConfig } from './config.ts'
+import { queuedLookup } from '../net-guard.ts'
 import { resultText } from './content.ts'
 import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError, toolWithdrawn } from './errors.ts'
 import { mcpToolSchema, type McpToolSchema } from './schema.ts'
@@ -98,6 +100,8 @@ export class McpConnection {
   #state: McpServerState = 'starting'
   #client: Client | undefined
   #transport: Transport | undefined
+  /** An HTTP server's connection pool, kept across reconnects, closed by stop(). */
+  #http: Agent | undefined
   #tools: Tool[] = []
   #lastError: string | null = null
   #lastStderr: string | null = null
@@ -161,6 +165,8 @@ export class McpConnection {
     await this.#attempt?.catch(() => undefined)
     if (transport instanceof StreamableHTTPClientTransport && client) await this.#endSession(transport)
     await client?.close().catch(() => undefined)
+    await this.#http?.destroy().catch(() => undefined)
+    this.#http = undefined
   }
 
   /**
@@ -240,7 +246,14 @@ export class McpConnection {
   #makeTransport(): Transport {
     const config = this.config
     if (config.transport === 'http') {
-      return new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: config.headers } })
+      // Its host lookups take the tools' lookup slots (net-guard.ts): a server whose DNS never
+      // answers, retried at every reconnect, holds no more of libuv's thread pool than a tool's would.
+      const dispatcher = (this.#http ??= new Agent({
+        connect: { timeout: this.#options.connectTimeoutMs, lookup: queuedLookup(this.#options.connectTimeoutMs) }
+      }))
+      const fetch = ((url: string | URL, init?: RequestInit) =>
+        undiciFetch(url, { ...(init as Parameters<typeof undiciFetch>[1]), dispatcher })) as unknown as typeof globalThis.fetch
+      return new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: config.headers }, fetch })
     }
     return new ProcessGroupStdioTransport(config, {
       maxMessageBytes: this.#options.maxMessageBytes,
