@@ -1,6 +1,7 @@
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { readSse, type StreamedEvent } from '../helpers/sse.ts'
+import { request } from 'undici'
+import { parseFrames, readSse, type StreamedEvent } from '../helpers/sse.ts'
 import { until } from '../helpers/server-process.ts'
 
 const types = (events: StreamedEvent[]) => events.map((e) => e.type)
@@ -400,4 +401,36 @@ t.test('a run whose admission fails after its model call went out leaves no trac
   const runIds = new Set(events.map((e) => e.runId).filter(Boolean))
   t.same([...runIds], [second.json().run.id], 'every event is the accepted run\'s')
   t.equal(events.filter((e) => e.type === 'done').length, 1)
+})
+
+t.test('a streamed message queued behind another run gets its head at once, and its events once it runs', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'always' } } })).json()
+  devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: '.' } }] }, { text: 'listed' }, { text: 'second answer' })
+  const paused = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'list' } })).json()
+  t.equal(paused.run.status, 'awaiting_approval', 'the first run holds the session')
+
+  // A run's stream holds its head back for its first events, to send them in one write; a run
+  // that waits behind another has none, and its client must not wait for the headers meanwhile.
+  const began = Date.now()
+  const res = await request(`${base}/v1/sessions/${session.id}/messages`, {
+    method: 'POST', headers: { accept: 'text/event-stream', 'content-type': 'application/json' },
+    body: JSON.stringify({ content: 'then this', onBusy: 'enqueue' })
+  })
+  t.equal(res.statusCode, 200)
+  const reader = res.body[Symbol.asyncIterator]()
+  const first = await reader.next()
+  t.equal(String(first.value), 'retry: 2000\n\n', 'the head and the retry frame come alone')
+  t.ok(Date.now() - began < 1000, `within ${Date.now() - began} ms, while the run is queued`)
+
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/approvals/${paused.pendingCall.id}`, payload: { decision: 'allow' } })
+  let text = ''
+  for (let chunk = await reader.next(); !chunk.done; chunk = await reader.next()) text += String(chunk.value)
+  const events = parseFrames(text).frames.map((f) => JSON.parse(f.data ?? '{}') as StreamedEvent)
+  t.equal(events[0]?.type, 'state_changed', 'its events follow once it runs')
+  t.same(events[0]?.data, { from: 'queued', to: 'running' })
+  t.equal(events.filter((e) => e.type === 'text_chunk').map((e) => e.data.delta).join(''), 'second answer')
+  t.equal(events.at(-1)?.type, 'done', 'and the stream ends with its done')
+  t.ok(events.every((e) => e.runId === events[0]?.runId && e.runId !== paused.run.id), 'all of them the queued run\'s')
 })
