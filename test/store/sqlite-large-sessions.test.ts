@@ -24,12 +24,41 @@ function textChunk(sessionId: string, i: number, runId: string | null = 'run_big
   return { type: 'event', event }
 }
 
-/** A store on a file of its own, migrated, with these sessions (of tenant `t`); closed when the test ends. */
-async function openStore(t: TapTest, ...sessionIds: string[]): Promise<SqliteStore> {
-  const store = new SqliteStore(join(tempDir(t), 'agentd.db'))
+/** A store on this file, migrated, as a start of the service opens it; closed when the test ends (if it was not before). */
+async function storeAt(t: TapTest, path: string): Promise<SqliteStore> {
+  const store = new SqliteStore(path)
   t.teardown(() => store.close())
   await store.migrate()
+  return store
+}
+
+/** A store on a file of its own, migrated, with these sessions (of tenant `t`); closed when the test ends. */
+async function openStore(t: TapTest, ...sessionIds: string[]): Promise<SqliteStore> {
+  const store = await storeAt(t, join(tempDir(t), 'agentd.db'))
   for (const id of sessionIds) await store.createSession(testSession(id))
+  return store
+}
+
+/** The sessions of tenant `t` a listing shows. */
+async function listed(store: SqliteStore): Promise<string[]> {
+  return (await store.listSessions('t', { limit: 10 })).map((s) => s.id)
+}
+
+/**
+ * Starts again on the file a stop left with session `id` half deleted or half copied: the file
+ * holds part of its `of` events, no listing shows it, and the start hides it at once and removes it.
+ */
+async function restartAfterStop(t: TapTest, path: string, id: string, of: number, listedIds: string[]): Promise<SqliteStore> {
+  const store = await storeAt(t, path)
+  const left = (await store.listEvents(id, { after: 0 })).length
+  t.ok(left > 0 && left < of, `the file holds part of it (${left} of ${of} events)`)
+  t.same(await listed(store), listedIds, 'nor is it listed after the restart')
+  const removing = store.removeUnfinished()
+  t.equal(await store.getSession('t', id), null, 'it is not found from the start on')
+  t.equal(await removing, 1, 'the start removes it')
+  t.equal(await store.getSessionById(id), null, 'its row is gone')
+  t.same(await store.listEvents(id, { after: 0 }), [], 'with its events')
+  t.equal(await store.removeUnfinished(), 0, 'nothing is left for the next start')
   return store
 }
 
@@ -102,8 +131,7 @@ t.test('a session of many events is deleted without stalling the event loop, and
 
 t.test('a deletion cut short by a stop is hidden, and finished at the next start', async (t) => {
   const path = join(tempDir(t), 'agentd.db')
-  const store = new SqliteStore(path)
-  await store.migrate()
+  const store = await storeAt(t, path)
   await store.createSession(testSession('ses_cut'))
   await store.createSession(testSession('ses_kept'))
   await addChunks(store, 'ses_cut', 12_000)
@@ -111,29 +139,17 @@ t.test('a deletion cut short by a stop is hidden, and finished at the next start
   const deleting = store.deleteSession('t', 'ses_cut').catch((err: Error) => err)
   await new Promise((resolve) => setImmediate(resolve))
   await new Promise((resolve) => setImmediate(resolve))
-  t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_kept'], 'a session being deleted is not listed')
+  t.same(await listed(store), ['ses_kept'], 'a session being deleted is not listed')
   await store.close()
   t.match(await deleting, { code: 'STORE_CLOSED' }, 'the deletion did not finish')
 
-  const reopened = new SqliteStore(path)
-  t.teardown(() => reopened.close())
-  await reopened.migrate()
-  const remains = (await reopened.listEvents('ses_cut', { after: 0 })).length
-  t.ok(remains > 0 && remains < 12_000, `the file holds the rest of it (${remains} of 12 000 events)`)
-  t.same((await reopened.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_kept'], 'nor is it listed after the restart')
-  const removing = reopened.removeUnfinished()
-  t.equal(await reopened.getSession('t', 'ses_cut'), null, 'it is not found from the start on')
-  t.equal(await removing, 1, 'the start finishes the deletion')
-  t.equal(await reopened.getSessionById('ses_cut'), null, 'its row is gone')
-  t.same(await reopened.listEvents('ses_cut', { after: 0 }), [], 'and its events')
+  const reopened = await restartAfterStop(t, path, 'ses_cut', 12_000, ['ses_kept'])
   t.equal((await reopened.getSession('t', 'ses_kept'))?.id, 'ses_kept', 'the other session is untouched')
-  t.equal(await reopened.removeUnfinished(), 0, 'nothing is left for the next start')
 })
 
 t.test('a fork cut short by a stop is never listed, and is removed at the next start', async (t) => {
   const path = join(tempDir(t), 'agentd.db')
-  const store = new SqliteStore(path)
-  await store.migrate()
+  const store = await storeAt(t, path)
   await store.createSession(testSession('ses_src'))
   await addChunks(store, 'ses_src', 12_001, null)
   await store.commit([{ type: 'message', message: { id: 'msg_src', sessionId: 'ses_src', runId: null, role: 'user', content: 'hi', createdAt: new Date().toISOString() } }])
@@ -141,21 +157,11 @@ t.test('a fork cut short by a stop is never listed, and is removed at the next s
     .catch((err: Error) => err)
   // The process stops once the fork's first piece (its row, its newest events) is in the file.
   while (!(await store.getSessionById('ses_half'))) await new Promise((resolve) => setImmediate(resolve))
-  t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_src'], 'a fork still copying is not listed')
+  t.same(await listed(store), ['ses_src'], 'a fork still copying is not listed')
   await store.close()
   t.match(await forking, { code: 'STORE_CLOSED' }, 'the fork did not finish')
 
-  const reopened = new SqliteStore(path)
-  t.teardown(() => reopened.close())
-  await reopened.migrate()
-  const copied = (await reopened.listEvents('ses_half', { after: 0 })).length
-  t.ok(copied > 0 && copied < 12_001, `the file holds part of the fork (${copied} of 12 001 events)`)
-  t.same((await reopened.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_src'], 'nor is it listed after the restart')
-  const removing = reopened.removeUnfinished()
-  t.equal(await reopened.getSession('t', 'ses_half'), null, 'it is not found from the start on')
-  t.equal(await removing, 1, 'the start removes it')
-  t.equal(await reopened.getSessionById('ses_half'), null, 'its row is gone')
-  t.same(await reopened.listEvents('ses_half', { after: 0 }), [], 'and the events it had copied')
+  const reopened = await restartAfterStop(t, path, 'ses_half', 12_001, ['ses_src'])
   const source = await reopened.getSession('t', 'ses_src')
   t.equal(source?.lastSeq, 12_001, 'the source is untouched')
   t.equal((await reopened.listEvents('ses_src', { after: 0 })).length, 12_001)
@@ -207,7 +213,7 @@ t.test('a session of many events is forked without stalling the event loop, the 
     const forking = store.forkSession('ses_src', testSession('ses_fork'), EVENTS + 1, { newMessageId: () => 'msg_copy', sealedAnswer: () => 'sealed' })
     await new Promise((resolve) => setTimeout(resolve, 5))
     seenWhileCopying = await store.getSession('t', 'ses_fork')
-    listedWhileCopying = (await store.listSessions('t', { limit: 10 })).map((s) => s.id)
+    listedWhileCopying = await listed(store)
     fork = await forking
   })
   t.equal(seenWhileCopying, null, 'a fork still copying is not found')
@@ -215,7 +221,7 @@ t.test('a session of many events is forked without stalling the event loop, the 
   t.ok(stall < 100, `the event loop's longest stall while ${EVENTS} events were copied: ${stall.toFixed(1)} ms`)
   t.equal(fork?.lastSeq, EVENTS + 1)
   t.equal((await store.getSession('t', 'ses_fork'))?.lastSeq, EVENTS + 1, 'found once whole')
-  t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.id), ['ses_src', 'ses_fork'], 'and listed')
+  t.same(await listed(store), ['ses_src', 'ses_fork'], 'and listed')
   const copied = await store.listEvents('ses_fork', { after: 0 })
   t.equal(copied.length, EVENTS + 1, 'every event is copied')
   t.ok(copied.every((e, i) => e.seq === i + 1), 'under the same seqs, in order')
