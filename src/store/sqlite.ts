@@ -793,25 +793,38 @@ export class SqliteStore implements Store {
     return row ? Number(row.last_seq) : undefined
   }
 
+  /**
+   * A filtered query (channels, types, untilSeq) reads every event of the range to find the few it
+   * keeps (~80 ns a row: a session of 250 000 events held the event loop 16-40 ms for each such
+   * request). It reads PIECE_ROWS seqs at a time, a turn of the event loop between, until it has
+   * `limit` events or has reached the session's newest (or untilSeq).
+   */
   async listEvents(sessionId: string, query: EventQuery): Promise<EventRecord[]> {
     // The common query (a replay from a point, a page at a time: the POST stream's, a reconnect's) has a statement of its own.
     if (query.untilSeq === undefined && !query.channels?.length && !query.types?.length) {
       return (this.#hot.eventsAfter.all(sessionId, query.after, query.limit ?? -1) as Row[]).map(toEvent)
     }
-    const where = ['session_id = ?', 'seq > ?']
-    const values: Array<string | number> = [sessionId, query.after]
-    if (query.untilSeq !== undefined) { where.push('seq <= ?'); values.push(query.untilSeq) }
+    const where = ['session_id = ?', 'seq > ?', 'seq <= ?']
+    const filters: string[] = []
     if (query.channels?.length) {
       where.push(`channel IN (${query.channels.map(() => '?').join(', ')})`)
-      values.push(...query.channels)
+      filters.push(...query.channels)
     }
     if (query.types?.length) {
       where.push(`type IN (${query.types.map(() => '?').join(', ')})`)
-      values.push(...query.types)
+      filters.push(...query.types)
     }
-    values.push(query.limit ?? -1)
-    const rows = this.#stmt(`SELECT * FROM events WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`).all(...values) as Row[]
-    return rows.map(toEvent)
+    const read = this.#stmt(`SELECT * FROM events WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`)
+    const end = Math.min(query.untilSeq ?? Number.MAX_SAFE_INTEGER, this.#currentSeq(sessionId) ?? 0)
+    const limit = query.limit ?? Number.POSITIVE_INFINITY
+    const events: EventRecord[] = []
+    for (let after = query.after; after < end && events.length < limit; after += PIECE_ROWS) {
+      if (after > query.after) await nextTurn()
+      const left = limit - events.length
+      const rows = read.all(sessionId, after, Math.min(after + PIECE_ROWS, end), ...filters, Number.isFinite(left) ? left : -1) as Row[]
+      for (const row of rows) events.push(toEvent(row))
+    }
+    return events
   }
 
   async listMessages(sessionId: string): Promise<MessageRecord[]> {

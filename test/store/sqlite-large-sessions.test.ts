@@ -231,6 +231,39 @@ t.test('a session of many events is forked without stalling the event loop, the 
   t.equal(next?.seq, EVENTS + 2, 'the fork goes on from its newest seq')
 })
 
+t.test('a filtered read of a long session does not stall the event loop, and finds what one query would', async (t) => {
+  const store = await openStore(t, 'ses_long', 'ses_other')
+  // A long session whose runs each end with a done: the rare events a client filters for.
+  for (let run = 0; run < EVENTS / 5000; run++) {
+    await addChunks(store, 'ses_long', 4999, `run_${run}`)
+    await store.commit([textChunk('ses_long', run, `run_${run}`, 'done')])
+  }
+  await quiet(store)
+  const runs = EVENTS / 5000
+  let dones: Awaited<ReturnType<SqliteStore['listEvents']>> = []
+  let otherWrites = 0
+  const stall = await longestStall(async () => {
+    let reading = true
+    const read = store.listEvents('ses_long', { after: 0, types: ['done'] }).finally(() => { reading = false })
+    // Another session's writes go on while the filter reads.
+    while (reading) {
+      await store.commit([textChunk('ses_other', otherWrites)])
+      otherWrites++
+    }
+    dones = await read
+  })
+  t.ok(otherWrites > 1, `another session committed ${otherWrites} writes meanwhile`)
+  t.ok(stall < 100, `the event loop's longest stall while ${EVENTS} events were filtered: ${stall.toFixed(1)} ms`)
+  t.same(dones.map((e) => e.seq), Array.from({ length: runs }, (_, i) => (i + 1) * 5000), 'every done, in order')
+  t.same(dones.map((e) => e.runId), Array.from({ length: runs }, (_, i) => `run_${i}`))
+  const page = await store.listEvents('ses_long', { after: 5000, types: ['done'], limit: 3 })
+  t.same(page.map((e) => e.seq), [10_000, 15_000, 20_000], 'a page from a point, as many as asked')
+  const window = await store.listEvents('ses_long', { after: 0, untilSeq: 12_000, channels: ['progress'], types: ['done'] })
+  t.same(window.map((e) => e.seq), [5000, 10_000], 'up to untilSeq')
+  t.same(await store.listEvents('ses_long', { after: EVENTS, types: ['done'] }), [], 'nothing past the newest')
+  t.same(await store.listEvents('ses_nope', { after: 0, types: ['done'] }), [], 'nothing of a session without events')
+})
+
 t.test('the point a fork of many runs starts from is found without stalling the event loop', async (t) => {
   const store = await openStore(t, 'ses_runs')
   // 400 runs of 50 events, each ended by its `done` but the last, still going.
