@@ -819,7 +819,7 @@ export class SqliteStore implements Store {
     const limit = query.limit ?? Number.POSITIVE_INFINITY
     const events: EventRecord[] = []
     for (let after = query.after; after < end && events.length < limit; after += PIECE_ROWS) {
-      if (after > query.after) await nextTurn()
+      if (after > query.after) await this.#nextTurn()
       const left = limit - events.length
       const rows = read.all(sessionId, after, Math.min(after + PIECE_ROWS, end), ...filters, Number.isFinite(left) ? left : -1) as Row[]
       for (const row of rows) events.push(toEvent(row))
@@ -935,7 +935,7 @@ export class SqliteStore implements Store {
     const ended = new Set<string>()
     const read = this.#stmt('SELECT seq, run_id, type FROM events WHERE session_id = ? AND seq > ? AND seq <= ? AND run_id IS NOT NULL ORDER BY seq')
     for (let after = oldest - 1; after < atSeq; after += PIECE_ROWS) {
-      if (after > oldest - 1) await nextTurn()
+      if (after > oldest - 1) await this.#nextTurn()
       for (const row of read.all(sessionId, after, Math.min(after + PIECE_ROWS, atSeq)) as Row[]) {
         const runId = String(row.run_id)
         if (!firstOfRun.has(runId)) firstOfRun.set(runId, Number(row.seq))
@@ -945,6 +945,12 @@ export class SqliteStore implements Store {
     let point = atSeq
     for (const [runId, first] of firstOfRun) if (!ended.has(runId)) point = Math.min(point, first - 1)
     return point
+  }
+
+  /** A turn of the event loop in the middle of a read; the store may have been closed meanwhile (its statements with it). */
+  async #nextTurn(): Promise<void> {
+    await nextTurn()
+    if (this.#closed) throw new StoreClosedError()
   }
 
   /** The seq of the session's oldest event (usually 1; later after a deletion cut short), or undefined when it has none. */

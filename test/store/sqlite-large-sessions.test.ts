@@ -262,6 +262,9 @@ t.test('a filtered read of a long session does not stall the event loop, and fin
   t.same(window.map((e) => e.seq), [5000, 10_000], 'up to untilSeq')
   t.same(await store.listEvents('ses_long', { after: EVENTS, types: ['done'] }), [], 'nothing past the newest')
   t.same(await store.listEvents('ses_nope', { after: 0, types: ['done'] }), [], 'nothing of a session without events')
+  const reading = store.listEvents('ses_long', { after: 0, types: ['done'] }).catch((err: Error) => err)
+  await store.close()
+  t.match(await reading, { code: 'STORE_CLOSED' }, 'a read the store closes under ends as the store closed')
 })
 
 t.test('the point a fork of many runs starts from is found without stalling the event loop', async (t) => {
