@@ -47,7 +47,7 @@ t.test('many short texts are counted ahead a few ms of the event loop at a time,
   clearInterval(ticking)
   t.equal(inner.asked.length, 3000, 'each counted once')
   t.ok(turns >= 5, `other work ran between them (${turns} turns)`)
-  t.ok(longest < 40, `the event loop's longest wait: ${longest.toFixed(1)} ms`)
+  t.ok(longest < 100, `the event loop's longest wait: ${longest.toFixed(1)} ms`)
   for (const text of texts) counter.count(text)
   t.equal(inner.asked.length, 3000, 'the planner finds every count remembered')
 })
