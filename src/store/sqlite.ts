@@ -161,6 +161,7 @@ class HotStatements {
   readonly messages: StatementSync
   readonly newestSummary: StatementSync
   readonly messagesFrom: StatementSync
+  readonly messagesAfter: StatementSync
   /** INSERT of n events at index n - 1, prepared when a unit first needs that many. */
   readonly insertEvents: Array<StatementSync | undefined> = []
   /** UPDATE of a run, by the set of fields its patch changes (a bit per RUN_FIELDS entry). */
@@ -194,7 +195,8 @@ class HotStatements {
     this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?')
     this.messages = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos')
     this.newestSummary = db.prepare(`SELECT replaces_messages FROM messages WHERE session_id = ? AND role = 'summary' ORDER BY pos DESC LIMIT 1`)
-    this.messagesFrom = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos LIMIT -1 OFFSET ?')
+    this.messagesFrom = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos LIMIT ? OFFSET ?')
+    this.messagesAfter = db.prepare('SELECT * FROM messages WHERE session_id = ? AND pos > ? ORDER BY pos LIMIT ?')
   }
 
   /** The INSERT of `rows` events (1 to EVENT_ROWS). */
@@ -832,11 +834,24 @@ export class SqliteStore implements Store {
     return rows.map(toMessage)
   }
 
+  /**
+   * The messages from the newest summary on, PIECE_ROWS a turn of the event loop: a session
+   * without a summary (or whose summaries keep failing) has its whole conversation read at every
+   * run, and 50 000 messages in one statement held the loop ~130 ms.
+   */
   async listContextMessages(sessionId: string): Promise<{ messages: MessageRecord[]; offset: number }> {
     const summary = this.#hot.newestSummary.get(sessionId) as Row | undefined
     const offset = Number(summary?.replaces_messages ?? 0)
-    const rows = this.#hot.messagesFrom.all(sessionId, offset) as Row[]
-    return { messages: rows.map(toMessage), offset }
+    const messages: MessageRecord[] = []
+    let rows = this.#hot.messagesFrom.all(sessionId, PIECE_ROWS, offset) as Row[]
+    for (;;) {
+      for (const row of rows) messages.push(toMessage(row))
+      if (rows.length < PIECE_ROWS) return { messages, offset }
+      // The session has one run at a time, which reads this before it writes: nothing is appended meanwhile.
+      const last = Number(rows.at(-1)?.pos)
+      await this.#nextTurn()
+      rows = this.#hot.messagesAfter.all(sessionId, last, PIECE_ROWS) as Row[]
+    }
   }
 
   async pageMessages(sessionId: string, options: { limit: number; after?: string }): Promise<MessageRecord[] | null> {
