@@ -48,16 +48,35 @@ const certificateCodes = new Set([
 ])
 
 /**
+ * The alerts a TLS peer sends when it will not talk to this client as configured (no protocol
+ * version or cipher in common, a certificate it refuses or requires, a name it does not serve), as
+ * OpenSSL names them in Node's error codes: `ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE` (OpenSSL 3),
+ * `ERR_SSL_TLSV1_ALERT_PROTOCOL_VERSION`, `ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED`, … Alerts a
+ * broken or busy peer may send once (internal_error, bad_record_mac, decode_error) are not among them.
+ */
+const refusingAlert = /^ERR_SSL_(?:SSL\/TLS|SSLV3|TLSV1|TLSV13)_ALERT_(?:HANDSHAKE_FAILURE|PROTOCOL_VERSION|INSUFFICIENT_SECURITY|BAD_CERTIFICATE|UNSUPPORTED_CERTIFICATE|CERTIFICATE_REVOKED|CERTIFICATE_EXPIRED|CERTIFICATE_UNKNOWN|UNKNOWN_CA|ACCESS_DENIED|CERTIFICATE_REQUIRED|UNRECOGNIZED_NAME|NO_APPLICATION_PROTOCOL)$/
+
+/** OpenSSL's own refusals, on this side: the peer offers only what it will not accept. */
+const refusedHere = new Set([
+  'ERR_SSL_WRONG_VERSION_NUMBER', 'ERR_SSL_UNSUPPORTED_PROTOCOL', 'ERR_SSL_NO_PROTOCOLS_AVAILABLE', 'ERR_SSL_DH_KEY_TOO_SMALL',
+  'ERR_SSL_EE_KEY_TOO_SMALL', 'ERR_SSL_CA_MD_TOO_WEAK', 'ERR_SSL_UNSAFE_LEGACY_RENEGOTIATION_DISABLED'
+])
+
+/**
  * The code of a TLS failure in `err` or its cause chain that no retry can fix: a certificate that is
  * self-signed, expired, from an unknown CA or for another host (`DEPTH_ZERO_SELF_SIGNED_CERT`,
- * `CERT_HAS_EXPIRED`, `ERR_TLS_CERT_ALTNAME_INVALID`, …), or an https URL whose port speaks plain
- * HTTP (`ERR_SSL_WRONG_VERSION_NUMBER`). A handshake timeout is not one.
+ * `CERT_HAS_EXPIRED`, `ERR_TLS_CERT_ALTNAME_INVALID`, …), an https URL whose port speaks plain
+ * HTTP (`ERR_SSL_WRONG_VERSION_NUMBER`), a peer that refuses the handshake as this client makes it
+ * (an alert such as `ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE`), or a peer this client refuses (a
+ * protocol or key it will not use). A handshake timeout is not one.
  */
 export function tlsFailureOf(err: unknown): string | undefined {
   for (const e of causeChain(err)) {
     const code = errnoOf(e)
     if (code === undefined || code === 'ERR_TLS_HANDSHAKE_TIMEOUT') continue
-    if (code.startsWith('CERT_') || code.startsWith('ERR_TLS_') || certificateCodes.has(code) || code === 'ERR_SSL_WRONG_VERSION_NUMBER') return code
+    if (code.startsWith('CERT_') || code.startsWith('ERR_TLS_') || certificateCodes.has(code) || refusedHere.has(code) || refusingAlert.test(code)) {
+      return code
+    }
   }
   return undefined
 }

@@ -24,10 +24,10 @@ export function selfSignedCertificate(t: Tap): Certificate {
   return { key: readFileSync(key), cert: readFileSync(cert) }
 }
 
-/** An HTTPS server on 127.0.0.1 presenting `certificate`, answering `{}` to every request it gets. */
-export async function serveHttps(t: Tap, certificate: Certificate): Promise<{ port: number; origin: string; hits: () => number }> {
+/** An HTTPS server on 127.0.0.1 presenting `certificate` (with `options`: versions, ciphers), answering `{}` to every request it gets. */
+export async function serveHttps(t: Tap, certificate: Certificate, options: ServerOptions = {}): Promise<{ port: number; origin: string; hits: () => number }> {
   let hits = 0
-  const server = createServer({ key: certificate.key, cert: certificate.cert } satisfies ServerOptions, (_req, res) => {
+  const server = createServer({ ...options, key: certificate.key, cert: certificate.cert } satisfies ServerOptions, (_req, res) => {
     hits++
     res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
   })

@@ -268,6 +268,20 @@ t.test('a model server whose certificate is not trusted fails the call at once: 
   t.equal(server.hits(), 0, 'no request reached the server')
 })
 
+t.test('a model server that refuses the handshake (no cipher in common) fails the call at once, not after retries', async (t) => {
+  // TLS 1.2 only, with a cipher no client offers by default: the server answers the hello with a handshake_failure alert.
+  const server = await serveHttps(t, selfSignedCertificate(t), { maxVersion: 'TLSv1.2', ciphers: 'ECDHE-ECDSA-AES128-CCM8' })
+  const provider = createOpenAIProvider({ apiKey: 'k', baseURL: `https://localhost:${server.port}/v1`, connectTimeoutMs: 2000 })
+  t.teardown(() => provider.close())
+  const { error } = await failure(provider)
+  t.match(error.classified, {
+    code: 'NETWORK_ERROR', retryable: false,
+    message: /TLS handshake with the model provider failed \(ERR_SSL_SSL\/TLS_ALERT_HANDSHAKE_FAILURE\)/,
+    detail: { transportCode: 'ERR_SSL_SSL/TLS_ALERT_HANDSHAKE_FAILURE', reason: 'tls_error' }
+  })
+  t.equal(server.hits(), 0, 'no request reached the server')
+})
+
 t.test('an https base URL on a port that speaks plain HTTP fails the call at once, not after retries', async (t) => {
   const { devModel } = await startTestDevModel(t)
   const provider = createOpenAIProvider({ apiKey: 'k', baseURL: devModel.url.replace(/^http:/, 'https:'), connectTimeoutMs: 2000 })
