@@ -7,7 +7,7 @@ import { answer, emptyUsage, errorResponses, ref } from '../schemas/common.ts'
 import {
   CreateSessionBodySchema, ForkBodySchema, ListSessionsQuerySchema, SESSION_PAGE_SIZE, SessionPageSchema, SessionParamsSchema, SessionSchema, type Session
 } from '../schemas/sessions.ts'
-import { isSessionGone, type SessionRecord } from '../store/store.ts'
+import { isSessionGone, TenantFullError, type SessionRecord } from '../store/store.ts'
 import { ToolSelectionError } from '../tools/catalog.ts'
 import { bodyDefaultsToEmpty, sessionOr404 } from './views.ts'
 
@@ -44,13 +44,17 @@ function decodeCursor(cursor: string): string {
 export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { store, config } = app.agentd
 
-  async function assertSessionCapacity(tenant: string): Promise<void> {
-    const max = config.limits.sessionsPerTenant
-    if ((await store.countSessions(tenant)) >= max) {
-      throw apiError('LIMIT_EXCEEDED', `This tenant has ${max} sessions, the most it may (AGENTD_MAX_SESSIONS_PER_TENANT); delete some first`, {
-        limit: 'sessionsPerTenant', max
-      })
-    }
+  /**
+   * A creation or fork the store refused at the tenant's limit. The store counts in the same
+   * transaction as its insert: a check made here before it let concurrent creations past the
+   * limit together (ten at once at a limit of 3 made 12 sessions).
+   */
+  function tenantFull(err: unknown): never {
+    if (!(err instanceof TenantFullError)) throw err
+    const max = err.maxSessions
+    throw apiError('LIMIT_EXCEEDED', `This tenant has ${max} sessions, the most it may (AGENTD_MAX_SESSIONS_PER_TENANT); delete some first`, {
+      limit: 'sessionsPerTenant', max
+    })
   }
 
   app.post('/v1/sessions', {
@@ -73,7 +77,6 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       throw validationError(over.map(([name, max]) => ({ field: `body.limits.${name}`, message: `must be <= ${max}`, keyword: 'maximum' })),
         'limits may only lower the server limits')
     }
-    await assertSessionCapacity(request.tenant)
     const tools = await app.agentd.tools.validateSelection(body.tools).catch((err: unknown) => {
       if (!(err instanceof ToolSelectionError)) throw err
       throw validationError(err.problems.map((p) => ({ field: `body.${p.field}`, message: p.message, keyword: 'tools' })),
@@ -96,7 +99,7 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       usage: emptyUsage(),
       forkedFrom: null
     }
-    await store.createSession(record)
+    await store.createSession(record, config.limits.sessionsPerTenant).catch(tenantFull)
     request.log.info({ sessionId: record.id }, 'session created')
     // Made once the 201 is written, while the client prepares its first message.
     app.agentd.tools.prepareWorkspace(record)
@@ -149,7 +152,6 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     preValidation: bodyDefaultsToEmpty
   }, async (request, reply) => {
     const source = await sessionOr404(store, request.tenant, request.params.id)
-    await assertSessionCapacity(request.tenant)
     const atSeq = request.body?.atSeq ?? source.lastSeq
     if (atSeq > source.lastSeq) {
       throw validationError([{ field: 'body.atSeq', message: `must be <= ${source.lastSeq}`, keyword: 'maximum' }],
@@ -169,10 +171,10 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const fork = await store.forkSession(source.id, target, atSeq, {
       newMessageId: () => newId('msg'),
       sealedAnswer: (toolName) => JSON.stringify(toModelToolResult(unfinishedCallError(toolName, 'the session was forked before its result')))
-    }).catch((err: unknown) => {
+    }, config.limits.sessionsPerTenant).catch((err: unknown) => {
       // Deleted while it was being forked: as if the request had come after the deletion.
       if (isSessionGone(err)) throw apiError('SESSION_NOT_FOUND', `No session ${source.id}`)
-      throw err
+      return tenantFull(err)
     })
     request.log.info({ sessionId: fork.id, forkedFrom: source.id, atSeq: fork.lastSeq }, 'session forked')
     return reply.status(201).send(toSessionView(fork, app.agentd.tools.defaultNames))

@@ -60,8 +60,8 @@ export function observeStore(
       },
       (err: unknown) => {
         const code = (err as { code?: string } | null)?.code
-        // A closed store (shutdown) or a deleted session is not the store failing.
-        if (code !== 'STORE_CLOSED' && code !== 'SESSION_GONE') {
+        // A closed store (shutdown), a deleted session or a tenant at its limit is not the store failing.
+        if (code !== 'STORE_CLOSED' && code !== 'SESSION_GONE' && code !== 'TENANT_FULL') {
           const operation = operationName(property, args)
           // A database out of reach is logged, not kept: /readyz asks it itself (Store.ping), and
           // a failure kept would outlast the outage.

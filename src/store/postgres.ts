@@ -3,7 +3,7 @@ import { postgresMigrations } from './postgres-migrations.ts'
 import { unansweredCalls } from './history.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import { StoreClosedError } from './sqlite.ts'
-import { SessionGoneError, storeUnavailable, withDataJson } from './store.ts'
+import { SessionGoneError, storeUnavailable, TenantFullError, withDataJson } from './store.ts'
 import type {
   AuditedToolCall, EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch, RunRecord,
   SessionRecord, Store, StoreWrite, ToolCallRecord
@@ -269,8 +269,13 @@ export class PostgresStore implements Store {
     }
   }
 
-  async createSession(s: SessionRecord): Promise<void> {
-    await this.#query(INSERT_SESSION, sessionParams(s))
+  async createSession(s: SessionRecord, maxSessions?: number): Promise<void> {
+    if (maxSessions === undefined) {
+      await this.#query(INSERT_SESSION, sessionParams(s))
+      return
+    }
+    const { rowCount } = await this.#query(INSERT_SESSION_WITH_ROOM, [...sessionParams(s), maxSessions])
+    if (rowCount === 0) throw new TenantFullError(maxSessions)
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
@@ -337,12 +342,17 @@ export class PostgresStore implements Store {
     return rows.map(toMessage)
   }
 
-  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
+  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing, maxSessions?: number): Promise<SessionRecord> {
     return this.transaction(async (client) => {
       // The source stays while it is copied: a deletion waits for the fork, or came first. FOR KEY
       // SHARE holds off only a deletion: the source's own run goes on updating its row meanwhile.
       const source = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR KEY SHARE', [sourceId])
       if (source.rowCount === 0) throw new SessionGoneError(sourceId)
+      if (maxSessions !== undefined) {
+        // The tenant's count, locked until the fork commits: another creation waits to count it.
+        const counted = await client.query<Row>(LOCK_TENANT_COUNT, [target.tenant])
+        if (Number(counted.rows[0]?.sessions) >= maxSessions) throw new TenantFullError(maxSessions)
+      }
       // The first event of each run whose `done` is not at or before atSeq, in one pass over the
       // events: a NOT EXISTS looking for each event's `done` grew with the square of the session
       // (50 000 events in 1 000 runs: 1.6 s inside this transaction).
@@ -693,6 +703,19 @@ function describeUrl(url: string): string {
 const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
     approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
+/**
+ * The tenant's session count, its row locked until the transaction ends (made at 0 for a tenant
+ * without one): ON CONFLICT DO UPDATE waits for a creation in progress and reads its count as
+ * committed, so two creations never both see room for one.
+ */
+const LOCK_TENANT_COUNT = `INSERT INTO tenant_stats (tenant, sessions) VALUES ($1, 0)
+  ON CONFLICT (tenant) DO UPDATE SET sessions = tenant_stats.sessions RETURNING sessions`
+/** INSERT_SESSION when the tenant holds fewer than $17 sessions, counted and locked in the same statement; inserts nothing otherwise. */
+const INSERT_SESSION_WITH_ROOM = `WITH counted AS (${LOCK_TENANT_COUNT.replace('$1', '$2')})
+  INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
+    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+  SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16
+  FROM counted WHERE counted.sessions < $17::integer`
 
 /** A message with the seq it was stored at (a fork copies it). */
 type StoredMessage = MessageRecord & { atSeq: number }

@@ -4,7 +4,7 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { makeFoldersSync } from '../make-folders.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { WalCheckpointer } from './sqlite-checkpointer.ts'
-import { dataJsonOf, SessionGoneError, withDataJson } from './store.ts'
+import { dataJsonOf, SessionGoneError, TenantFullError, withDataJson } from './store.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import type {
   EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch,
@@ -702,13 +702,24 @@ export class SqliteStore implements Store {
     }
   }
 
-  async createSession(s: SessionRecord): Promise<void> {
+  async createSession(s: SessionRecord, maxSessions?: number): Promise<void> {
     const params = sessionParams(s, false)
     return this.#write(() => {
+      this.#assertRoom(s.tenant, maxSessions)
       this.#hot.insertSession.run(...params)
       // A new session has no events: its first one then needs no read.
       this.#setSeq(s.id, 0)
     })
+  }
+
+  /**
+   * Inside a write: the tenant's count as this transaction sees it, which counts the sessions the
+   * batch's earlier writes made (the group commit applies them one after another).
+   */
+  #assertRoom(tenant: string, maxSessions: number | undefined): void {
+    if (maxSessions === undefined) return
+    const row = this.#hot.countSessions.get(tenant) as Row | undefined
+    if (Number(row?.sessions ?? 0) >= maxSessions) throw new TenantFullError(maxSessions)
   }
 
   async getSession(tenant: string, id: string): Promise<SessionRecord | null> {
@@ -874,7 +885,7 @@ export class SqliteStore implements Store {
    * A piece that fails has the fork deleted, as one transaction would have left nothing; a fork
    * cut short by a stop (its ID never answered) is removed at the next start (removeUnfinished).
    */
-  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord> {
+  async forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing, maxSessions?: number): Promise<SessionRecord> {
     this.#hidden.add(target.id)
     let made = false
     try {
@@ -884,6 +895,7 @@ export class SqliteStore implements Store {
       const { fork, lastPos } = await this.#write(() => {
         const newest = this.#currentSeq(sourceId)
         if (newest === undefined || this.#hidden.has(sourceId)) throw new SessionGoneError(sourceId)
+        this.#assertRoom(target.tenant, maxSessions)
         // Not past the source's newest event: the fork's newest seq is its newest copied event's.
         const at = Math.min(point, newest)
         const fork: SessionRecord = { ...target, lastSeq: at, forkedFrom: { sessionId: sourceId, atSeq: at } }

@@ -30,7 +30,8 @@ export interface Store {
    */
   commit(writes: readonly StoreWrite[]): Promise<EventRecord[]>
 
-  createSession(session: SessionRecord): Promise<void>
+  /** Fails with TenantFullError, inserting nothing, when the tenant already holds `maxSessions` (when given). */
+  createSession(session: SessionRecord, maxSessions?: number): Promise<void>
   /** A session of this tenant, or null (also for another tenant's, a deleted one, or one whose deletion has begun). */
   getSession(tenant: string, id: string): Promise<SessionRecord | null>
   /** A session whatever its tenant: for the service's own work (recovery), never for a request. */
@@ -52,9 +53,10 @@ export interface Store {
    * (new IDs, from `newMessageId`), and a tool call still without an answer gets a sealed one
    * (`sealedAnswer`), so the fork's history is always consistent. Resolves with the fork as stored
    * (its `lastSeq` is the point actually used); fails with SessionGoneError when the source is
-   * gone, or is deleted before the fork is whole.
+   * gone, or is deleted before the fork is whole, and with TenantFullError when the target's
+   * tenant already holds `maxSessions` (when given).
    */
-  forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing): Promise<SessionRecord>
+  forkSession(sourceId: string, target: SessionRecord, atSeq: number, seal: ForkSealing, maxSessions?: number): Promise<SessionRecord>
 
   listMessages(sessionId: string): Promise<MessageRecord[]>
   /**
@@ -103,6 +105,20 @@ export class SessionGoneError extends Error {
   readonly code = 'SESSION_GONE'
   constructor(sessionId?: string) {
     super(sessionId ? `session ${sessionId} does not exist` : 'the session does not exist')
+  }
+}
+
+/**
+ * Thrown when a new session (or a fork) would take its tenant past the most it may hold: the store
+ * counts the tenant's sessions in the same transaction as the insert, so concurrent creations cannot
+ * pass the check together.
+ */
+export class TenantFullError extends Error {
+  readonly code = 'TENANT_FULL'
+  readonly maxSessions: number
+  constructor(maxSessions: number) {
+    super(`the tenant holds ${maxSessions} sessions, the most it may`)
+    this.maxSessions = maxSessions
   }
 }
 

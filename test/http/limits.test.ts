@@ -16,6 +16,23 @@ t.test('sessions per tenant', async (t) => {
   t.equal((await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).statusCode, 201, 'room again after a delete')
 })
 
+t.test('sessions per tenant hold when many are created at once', async (t) => {
+  const { app } = await buildTestApp(t, { env: { AGENTD_MAX_SESSIONS_PER_TENANT: '3' } })
+  const first = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  // Room for two more; eight creations and four forks at once.
+  const answers = await Promise.all([
+    ...Array.from({ length: 8 }, () => app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })),
+    ...Array.from({ length: 4 }, () => app.inject({ method: 'POST', url: `/v1/sessions/${first.id}/fork` }))
+  ])
+  t.equal(answers.filter((a) => a.statusCode === 201).length, 2, 'two got in')
+  const refused = answers.filter((a) => a.statusCode !== 201)
+  t.ok(refused.every((a) => a.statusCode === 429 && a.json().error.code === 'LIMIT_EXCEEDED'), 'the others: 429 LIMIT_EXCEEDED')
+  t.match(refused[0]?.json().error, { details: { limit: 'sessionsPerTenant', max: 3 } })
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions?limit=100' })).json().data.length, 3, 'the tenant holds three')
+  const ready = await app.inject({ method: 'GET', url: '/readyz' })
+  t.equal(ready.statusCode, 200, 'a refusal at the limit is not the store failing')
+})
+
 t.test('active runs per tenant', async (t) => {
   const { app, devModel } = await buildTestApp(t, { env: { AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: '1' } })
   const a = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()

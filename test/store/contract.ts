@@ -210,6 +210,31 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal(await store.getSessionById('ses_f4'), null, 'and no fork is made of it')
   })
 
+  t.test('a tenant at its most sessions gets no more, however many are created or forked at once', async (t) => {
+    const store = await open(t)
+    const sealing = { newMessageId: () => `msg_${Math.random().toString(36).slice(2)}`, sealedAnswer: () => 'sealed' }
+    await store.createSession(session('ses_first', 'a'), 4)
+    // Nine creations and three forks at once, with room for three more: the count is taken with each insert.
+    const attempts = await Promise.allSettled([
+      ...Array.from({ length: 9 }, (_, i) => store.createSession(session(`ses_new${i}`, 'a'), 4)),
+      ...Array.from({ length: 3 }, (_, i) => store.forkSession('ses_first', session(`ses_fork${i}`, 'a'), 0, sealing, 4))
+    ])
+    t.equal(attempts.filter((a) => a.status === 'fulfilled').length, 3, 'three got in')
+    const refused = attempts.flatMap((a) => (a.status === 'rejected' ? [a.reason as { code?: string; maxSessions?: number }] : []))
+    t.equal(refused.length, 9)
+    t.ok(refused.every((err) => err.code === 'TENANT_FULL' && err.maxSessions === 4), 'the others were refused as TENANT_FULL')
+    t.equal(await store.countSessions('a'), 4)
+    t.equal((await store.listSessions('a', { limit: 20 })).length, 4, 'and nothing of them was stored')
+    await store.createSession(session('ses_other', 'b'), 1)
+    await t.rejects(store.createSession(session('ses_other2', 'b'), 1), { code: 'TENANT_FULL' }, 'each tenant is counted apart')
+    t.equal(await store.getSessionById('ses_other2'), null)
+    await store.deleteSession('a', (await store.listSessions('a', { limit: 1 }))[0]?.id ?? '')
+    await store.createSession(session('ses_again', 'a'), 4)
+    t.equal(await store.countSessions('a'), 4, 'a deletion makes room for one')
+    await store.createSession(session('ses_unbounded', 'a'))
+    t.equal(await store.countSessions('a'), 5, 'without a limit, none is checked')
+  })
+
   t.test('sessions: tenants, pages, counts and deletion of everything a session has', async (t) => {
     const store = await open(t)
     await Promise.all(['ses_1', 'ses_2', 'ses_3'].map((id) => store.createSession(session(id, id === 'ses_3' ? 'b' : 'a'))))
