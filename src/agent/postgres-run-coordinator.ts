@@ -34,8 +34,8 @@ export interface PostgresRunCoordinatorOptions {
  * every run live in the runs table. A process claims a run with its owner id and a lease it
  * renews (a heartbeat at a third of the lease); a run whose lease has expired belongs to a
  * process that is gone, and any other takes it over (orphans). Admission checks the busy session
- * and the tenant's count inside one transaction (the session row locked; near the tenant's limit,
- * its admissions also serialised by an advisory lock). Signals go to the owner wherever it runs over the cluster
+ * and the tenant's count inside one transaction (the session row locked, then the tenant's
+ * admissions serialised by an advisory lock). Signals go to the owner wherever it runs over the cluster
  * channel; a cancel is also written on the row, which the owner's heartbeat reads should the
  * message be lost.
  */
@@ -84,32 +84,30 @@ export class PostgresRunCoordinator implements RunCoordinator {
       // run an admission that held the lock before it committed.
       const locked = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE', [session.id])
       if (locked.rowCount === 0) throw new Error(`session ${session.id} does not exist`)
-      const { rows: [state] } = await client.query<Row>(`SELECT
-          (SELECT id FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos LIMIT 1) AS busy_with,
-          (SELECT count(*) FROM runs WHERE tenant = $2 AND ${UNFINISHED}) AS tenant_runs`, [session.id, session.tenant])
-      const busy = state?.busy_with !== null
+      const { rows: [state] } = await client.query<Row>(
+        `SELECT id AS busy_with FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos LIMIT 1`, [session.id])
+      const busy = state !== undefined
       if (busy && onBusy === 'reject') {
         throw new AgentError('SESSION_BUSY', `Session ${session.id} has an active run; send onBusy "enqueue" or "interrupt", or wait`, {
-          activeRunId: state?.busy_with
-        })
-      }
-      let tenantRuns = Number(state?.tenant_runs ?? 0)
-      if (tenantRuns >= maxActiveRunsPerTenant / 2) {
-        // Near the limit, the tenant's admissions on every process queue on one lock and count
-        // again, so the limit holds exactly; far from it they do not wait for each other.
-        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`agentd-tenant:${session.tenant}`])
-        const { rows: [count] } = await client.query<Row>(`SELECT count(*) AS runs FROM runs WHERE tenant = $1 AND ${UNFINISHED}`, [session.tenant])
-        tenantRuns = Number(count?.runs ?? 0)
-      }
-      if (tenantRuns >= maxActiveRunsPerTenant) {
-        throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${tenantRuns} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
-          limit: 'activeRunsPerTenant', max: maxActiveRunsPerTenant
+          activeRunId: state.busy_with
         })
       }
       await client.query(`INSERT INTO runs (id, session_id, tenant, status, request_id, steps, usage, error, message_id, input, created_at,
           started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
       [run.id, run.sessionId, session.tenant, run.status, run.requestId, run.steps, JSON.stringify(run.usage), JSON.stringify(run.error),
         run.messageId, run.input, run.createdAt, run.startedAt, run.endedAt])
+      // Then the tenant's count, this run included, taken once the tenant's lock is held: each
+      // admission on every process counts every one that held the lock before it and committed,
+      // and holds the lock only for this count and its commit. (Counted without the lock below
+      // half the limit, as before, a burst of admissions to many sessions all counted the same
+      // few runs and all got in: twelve at once at a limit of 4, through three processes.)
+      const { rows: [count] } = await client.query<Row>('SELECT agentd_tenant_runs($1) AS runs', [session.tenant])
+      const others = Number(count?.runs ?? 1) - 1
+      if (others >= maxActiveRunsPerTenant) {
+        throw new AgentError('LIMIT_EXCEEDED', `This tenant has ${others} runs queued or running, the most it may (AGENTD_MAX_ACTIVE_RUNS_PER_TENANT)`, {
+          limit: 'activeRunsPerTenant', max: maxActiveRunsPerTenant
+        })
+      }
       const result: Cancellation = { dequeued: [], signalled: [] }
       if (!busy || onBusy !== 'interrupt') return { cancellation: result, cancels: [] as Row[] }
       // Every run accepted before this one and not ended yet gives way, so runs are still

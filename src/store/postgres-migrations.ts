@@ -146,5 +146,18 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
     // without reading the messages before it. Built once at the upgrade, holding writes to
     // messages meanwhile: ~0.15 s per million messages (measured on the test machine).
     sql: `CREATE INDEX messages_summaries ON messages (session_id, pos) WHERE role = 'summary';`
+  },
+  {
+    version: 3,
+    name: 'a tenant\'s active runs counted under its lock',
+    // An admission counts the tenant's runs once it holds the tenant's lock, in one round trip:
+    // a VOLATILE function's queries each take a snapshot of their own, so the count sees every
+    // admission that held the lock before (PostgresRunCoordinator.admit).
+    sql: `CREATE FUNCTION agentd_tenant_runs(of_tenant text) RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+      BEGIN
+        PERFORM pg_advisory_xact_lock(hashtext('agentd-tenant:' || of_tenant));
+        RETURN (SELECT count(*) FROM runs WHERE tenant = of_tenant AND status NOT IN ('completed', 'failed', 'cancelled'));
+      END
+    $$;`
   }
 ]

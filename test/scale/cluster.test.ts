@@ -152,3 +152,19 @@ t.test('three processes on one PostgreSQL: any process takes any request', async
     t.same(events.filter((e) => e.type === 'done').map((e) => e.runId), ids)
   })
 })
+
+t.test('a burst of messages to many sessions of one tenant through three processes: the active-run limit holds exactly', async (t) => {
+  const cluster = await startCluster(t, 3, { AGENTD_MAX_ACTIVE_RUNS_PER_TENANT: '4' })
+  const { api, devModel } = cluster
+  const servers = cluster.servers
+  const sessions: string[] = []
+  for (let i = 0; i < 12; i++) sessions.push((await api(servers[i % 3]!, 'POST', '/v1/sessions', { tools: [] })).json.id)
+  devModel.script(...Array.from({ length: 12 }, () => ({ text: 'slow', delayMs: 500 })))
+  // Twelve admissions at once, none of the tenant's runs active yet: far from the limit as each one starts.
+  const answers = await Promise.all(sessions.map((id, i) => api(servers[i % 3]!, 'POST', `/v1/sessions/${id}/messages`, { content: `m${i}` })))
+  t.equal(answers.filter((r) => r.status === 202).length, 4, 'four runs accepted')
+  const refused = answers.filter((r) => r.status !== 202)
+  t.equal(refused.length, 8)
+  t.ok(refused.every((r) => r.status === 429 && r.json.error.code === 'LIMIT_EXCEEDED' && r.json.error.details.limit === 'activeRunsPerTenant'),
+    'the others: 429 LIMIT_EXCEEDED')
+})
