@@ -760,7 +760,9 @@ export class SqliteStore implements Store {
    * `replacesMessages` counts from there).
    */
   async deleteSession(tenant: string, id: string): Promise<boolean> {
-    if (this.#hidden.has(id) || !(await this.getSession(tenant, id))) return false
+    // Looked up and hidden in one go (no await between): a second deletion asked for meanwhile
+    // finds it under way and answers false, instead of doing the same pieces alongside.
+    if (this.#hidden.has(id) || this.#hot.session.get(id, tenant) === undefined) return false
     return this.#remove(tenant, id)
   }
 

@@ -129,6 +129,17 @@ t.test('a session of many events is deleted without stalling the event loop, and
   t.equal((await store.listEvents('ses_other', { after: 0 })).length, otherWritesWhileDeleting, 'the other session kept every event')
 })
 
+t.test('a deletion asked for twice at once removes the session once: the second answers false at once', async (t) => {
+  const store = await openStore(t, 'ses_twice')
+  await addChunks(store, 'ses_twice', 20_000)
+  const order: string[] = []
+  const first = store.deleteSession('t', 'ses_twice').then((deleted) => { order.push(`first ${deleted}`) })
+  const second = store.deleteSession('t', 'ses_twice').then((deleted) => { order.push(`second ${deleted}`) })
+  await Promise.all([first, second])
+  t.same(order, ['second false', 'first true'], 'the second found the deletion under way and did none of its work')
+  t.equal(await store.getSessionById('ses_twice'), null)
+})
+
 t.test('a deletion cut short by a stop is hidden, and finished at the next start', async (t) => {
   const path = join(tempDir(t), 'agentd.db')
   const store = await storeAt(t, path)
