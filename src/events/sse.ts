@@ -143,7 +143,6 @@ class EventStream implements OpenEventStream {
     this.#types = options.types?.length ? new Set(options.types) : null
     this.#runId = options.runId
     this.#untilDone = options.untilDone ?? false
-    this.#headSent = !this.#untilDone
     this.#maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
     this.#budget = options.budget ?? { held: 0, peak: 0, streams: 0, max: Number.POSITIVE_INFINITY }
     this.#onClose = options.onClose
@@ -179,11 +178,11 @@ class EventStream implements OpenEventStream {
 
   #open(): void {
     if (this.#ended) return
-    if (!this.#untilDone) this.#send(RETRY_FRAME)
+    if (!this.#untilDone) this.#sendHead()
     void this.#replay()
   }
 
-  /** Writes the held-back head and retry frame (#headTimer): before the first bytes, or at the timer. */
+  /** Writes the retry frame (and, for a run's stream, the head held back with it: #headTimer), once: first of all the stream's bytes. */
   readonly #sendHead = (): void => {
     if (this.#headSent || this.#ended) return
     this.#headSent = true
@@ -242,7 +241,7 @@ class EventStream implements OpenEventStream {
 
   #send(bytes: Buffer | string): void {
     // A run's stream sends its head first, in the same turn: the response corks the two into one write.
-    if (!this.#headSent && bytes !== RETRY_FRAME) this.#sendHead()
+    if (!this.#headSent) this.#sendHead()
     // Counted now (what the kernel did not take at once) and again once it is flushed.
     this.#res.write(bytes, this.#recount)
     this.#recount()
