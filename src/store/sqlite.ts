@@ -833,11 +833,11 @@ export class SqliteStore implements Store {
     const end = Math.min(query.untilSeq ?? Number.MAX_SAFE_INTEGER, this.#currentSeq(sessionId) ?? 0)
     const limit = query.limit ?? Number.POSITIVE_INFINITY
     const events: EventRecord[] = []
-    for (let after = query.after; after < end && events.length < limit; after += PIECE_ROWS) {
-      if (after > query.after) await this.#nextTurn()
+    for await (const piece of this.#seqPieces(query.after, end)) {
       const left = limit - events.length
-      const rows = read.all(sessionId, after, Math.min(after + PIECE_ROWS, end), ...filters, Number.isFinite(left) ? left : -1) as Row[]
+      const rows = read.all(sessionId, piece.after, piece.upTo, ...filters, Number.isFinite(left) ? left : -1) as Row[]
       for (const row of rows) events.push(toEvent(row))
+      if (events.length >= limit) break
     }
     return events
   }
@@ -942,10 +942,7 @@ export class SqliteStore implements Store {
       }, true)
       return fork
     } catch (err) {
-      if (made && !this.#closed) {
-        this.#hidden.delete(target.id)
-        await this.deleteSession(target.tenant, target.id).catch(() => undefined)
-      }
+      if (made && !this.#closed) await this.#remove(target.tenant, target.id).catch(() => undefined)
       throw err
     } finally {
       this.#hidden.delete(target.id)
@@ -963,9 +960,8 @@ export class SqliteStore implements Store {
     const firstOfRun = new Map<string, number>()
     const ended = new Set<string>()
     const read = this.#stmt('SELECT seq, run_id, type FROM events WHERE session_id = ? AND seq > ? AND seq <= ? AND run_id IS NOT NULL ORDER BY seq')
-    for (let after = oldest - 1; after < atSeq; after += PIECE_ROWS) {
-      if (after > oldest - 1) await this.#nextTurn()
-      for (const row of read.all(sessionId, after, Math.min(after + PIECE_ROWS, atSeq)) as Row[]) {
+    for await (const piece of this.#seqPieces(oldest - 1, atSeq)) {
+      for (const row of read.all(sessionId, piece.after, piece.upTo) as Row[]) {
         const runId = String(row.run_id)
         if (!firstOfRun.has(runId)) firstOfRun.set(runId, Number(row.seq))
         if (row.type === 'done') ended.add(runId)
@@ -974,6 +970,17 @@ export class SqliteStore implements Store {
     let point = atSeq
     for (const [runId, first] of firstOfRun) if (!ended.has(runId)) point = Math.min(point, first - 1)
     return point
+  }
+
+  /**
+   * The seq ranges (after, upTo] from `after` to `end`, PIECE_ROWS seqs each, with a turn of the
+   * event loop between two: a read over a long session holds the loop for a piece, not all of it.
+   */
+  async *#seqPieces(after: number, end: number): AsyncGenerator<{ after: number; upTo: number }> {
+    for (let from = after; from < end; from += PIECE_ROWS) {
+      if (from > after) await this.#nextTurn()
+      yield { after: from, upTo: Math.min(from + PIECE_ROWS, end) }
+    }
   }
 
   /** A turn of the event loop in the middle of a read; the store may have been closed meanwhile (its statements with it). */
