@@ -700,8 +700,10 @@ function describeUrl(url: string): string {
   }
 }
 
-const INSERT_SESSION = `INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+/** A session row's columns, in sessionParams' order. */
+const SESSION_COLUMNS = `id, tenant, created_at, updated_at, status, model, instructions, tools,
+    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from`
+const INSERT_SESSION = `INSERT INTO sessions (${SESSION_COLUMNS})
   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`
 /**
  * The tenant's session count, its row locked until the transaction ends (made at 0 for a tenant
@@ -712,8 +714,7 @@ const LOCK_TENANT_COUNT = `INSERT INTO tenant_stats (tenant, sessions) VALUES ($
   ON CONFLICT (tenant) DO UPDATE SET sessions = tenant_stats.sessions RETURNING sessions`
 /** INSERT_SESSION when the tenant holds fewer than $17 sessions, counted and locked in the same statement; inserts nothing otherwise. */
 const INSERT_SESSION_WITH_ROOM = `WITH counted AS (${LOCK_TENANT_COUNT.replace('$1', '$2')})
-  INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, instructions, tools,
-    approval, limits, metadata, last_seq, input_tokens, output_tokens, total_tokens, forked_from)
+  INSERT INTO sessions (${SESSION_COLUMNS})
   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16
   FROM counted WHERE counted.sessions < $17::integer`
 
