@@ -112,7 +112,8 @@ export class HookClient {
       if (err instanceof HookFailure) throw err
       if (delivery.signal?.aborted) throw delivery.signal.reason ?? err
       if (deadline.aborted) throw new HookFailure('HOOK_TIMEOUT', `it did not answer within ${hook.timeoutMs} ms`, true, { timeoutMs: hook.timeoutMs })
-      // A certificate agentd does not trust: no retry fixes it, so runEnd does not wait out its retries.
+      // A certificate agentd does not trust, or a handshake the receiver refuses (errno.ts
+      // tlsFailureOf): no retry fixes it, so runEnd does not wait out its retries.
       const tls = tlsFailureOf(err)
       if (tls !== undefined) {
         throw new HookFailure('HOOK_UNREACHABLE', `its TLS handshake failed (${tls})`, false, { errno: tls, reason: 'tls_error' })

@@ -256,8 +256,9 @@ function classifyStreamedError(
 /** Finds an undici or socket error code anywhere in the cause chain (fetch wraps them in `TypeError: fetch failed` / `terminated`). */
 function classifyTransportError(err: unknown): ModelError | null {
   // A certificate the service does not trust (self-signed, expired, another host's, an unknown
-  // CA), or https to a port that speaks plain HTTP: no retry can fix it, so the run fails at once
-  // instead of after its retries.
+  // CA), https to a port that speaks plain HTTP, or a server that refuses the handshake as Node
+  // makes it (errno.ts tlsFailureOf): no retry can fix it, so the run fails at once instead of
+  // after its retries.
   const tls = tlsFailureOf(err)
   if (tls !== undefined) {
     return createModelError('NETWORK_ERROR', `The TLS handshake with the model provider failed (${tls}): ${causeMessage(err)}`, {
@@ -265,7 +266,7 @@ function classifyTransportError(err: unknown): ModelError | null {
       retryable: false,
       detail: { transportCode: tls, reason: 'tls_error' },
       recommendations: [
-        'Check that OPENAI_BASE_URL names the host its certificate is for, with https only where the server speaks TLS.',
+        'Check that OPENAI_BASE_URL names the host its certificate is for, with https only where the server speaks TLS, and that the server accepts the TLS versions and ciphers Node offers.',
         'A provider behind a private CA needs that CA in NODE_EXTRA_CA_CERTS (a PEM file) when agentd starts.',
         'Retrying cannot help until the certificate or the configuration changes.'
       ]

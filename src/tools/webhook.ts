@@ -162,7 +162,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
           if (reason === 'bad_answer') return [`${name}'s server answered with a broken HTTP response, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'tls_error') {
-            return [`${name}'s server presented a certificate that is not trusted (${String(detail?.['errno'])}: self-signed, expired, from an unknown CA or for another host); a retry fails the same way: do not retry, go on without it and tell the user that the operator must fix the webhook's certificate.`]
+            return [`${name}'s server presented a certificate that is not trusted, or refused the TLS versions and ciphers agentd offers (${String(detail?.['errno'])}; a certificate may be self-signed, expired, from an unknown CA or for another host); a retry fails the same way: do not retry, go on without it and tell the user that the operator must fix the webhook's certificate or its TLS settings.`]
           }
           if (reason === 'too_deep') return [`${name} answered JSON nested deeper than ${MAX_JSON_DEPTH} levels, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'not_json') return [`${name} answered something other than JSON, which is a fault of its server; do not retry, go on without it and tell the user.`]

@@ -106,7 +106,7 @@ export function createHttpFetchTool(opts: HttpFetchOptions): Tool<typeof Paramet
         case 'IO_ERROR':
           if (reason === 'bad_answer') return ['The server answered with a broken HTTP response (bad status line, headers too large); do not retry, try another URL.']
           if (reason === 'tls_error') {
-            return [`The server's certificate is not trusted (${String(detail?.['errno'])}: self-signed, expired, from an unknown CA or for another host name); a retry fails the same way: do not retry, tell the user, or fetch the information from another source.`]
+            return [`The server's certificate is not trusted, or the server refuses the TLS versions and ciphers agentd offers (${String(detail?.['errno'])}; a certificate may be self-signed, expired, from an unknown CA or for another host name); a retry fails the same way: do not retry, tell the user, or fetch the information from another source.`]
           }
           if (reason === 'bad_encoding') return ['The server sent a body its Content-Encoding does not match; do not retry, try another URL.']
           if (reason === 'too_many_redirects') return ['The URL redirects too often; fetch the final URL directly.']
