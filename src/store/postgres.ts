@@ -1,5 +1,6 @@
 import pg from 'pg'
 import { postgresMigrations } from './postgres-migrations.ts'
+import { PgTextClient, toPgText } from './postgres-text.ts'
 import { unansweredCalls } from './history.ts'
 import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import { StoreClosedError } from './sqlite.ts'
@@ -108,7 +109,7 @@ export class PostgresStore implements Store {
     }
     this.#queryTimeoutMs = options.queryTimeoutMs ?? 30_000
     try {
-      this.pool = new pg.Pool({ ...this.#clientConfig, query_timeout: this.#queryTimeoutMs, max: options.maxConnections ?? 16 })
+      this.pool = new pg.Pool({ ...this.#clientConfig, query_timeout: this.#queryTimeoutMs, max: options.maxConnections ?? 16, Client: PgTextClient })
     } catch (err) {
       throw new StoreUnreachableError(this.#where, err)
     }
@@ -128,12 +129,12 @@ export class PostgresStore implements Store {
 
   /** A connection of its own, outside the pool, with the pool's settings (LISTEN needs one). */
   newClient(): pg.Client {
-    return new pg.Client({ ...this.#clientConfig, query_timeout: this.#queryTimeoutMs })
+    return new PgTextClient({ ...this.#clientConfig, query_timeout: this.#queryTimeoutMs })
   }
 
   async migrate(): Promise<void> {
     // A connection of its own, without the statement timeout: it may wait for another process's migrations.
-    const client = new pg.Client(this.#clientConfig)
+    const client = new PgTextClient(this.#clientConfig)
     client.on('error', () => undefined)
     try {
       await client.connect()
@@ -599,12 +600,12 @@ function prepareUnit(writes: readonly StoreWrite[]): PreparedUnit {
 /** Position of at_seq among INSERT_MESSAGE's parameters. */
 const AT_SEQ = 7
 
-/** A value as an SQL literal (strings escaped by pg's escapeLiteral). */
+/** A value as an SQL literal (strings as PgTextClient writes its parameters, escaped by pg's escapeLiteral). */
 function literal(value: Param): string {
   if (value === null) return 'NULL'
   if (typeof value === 'number') return Number.isFinite(value) ? String(value) : 'NULL'
   if (typeof value === 'boolean') return value ? 'true' : 'false'
-  return pg.escapeLiteral(value)
+  return pg.escapeLiteral(toPgText(value))
 }
 
 /** A parameterised statement with its parameters written in as literals. */

@@ -173,6 +173,32 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal(await store.getRun('ses_other', 'run_a'), null, 'a run is found only in its session')
   })
 
+  t.test('text comes back as it was written: NUL characters, a leading U+0001, JSON look-alikes', async (t) => {
+    // A client's message, a model's answer or a tool's output may hold any character JSON can carry;
+    // PostgreSQL's text cannot hold NUL, so its store must carry such text some other way.
+    const texts = ['a\u0000b', '\u0000', '\u0001"x"', '\u0001plain', '"quoted"', 'é\u0000🦀', 'plain']
+    const store = await open(t)
+    for (const [i, text] of texts.entries()) {
+      const id = `ses_text${i}`
+      await store.createSession(testSession(id, { instructions: text, model: text }))
+      await store.commit([
+        { type: 'newRun', run: { ...run(`run_text${i}`, id), input: text } },
+        { type: 'message', message: message(`msg_text${i}`, id, { content: text }) },
+        {
+          type: 'toolCall',
+          call: { id: 'call_1', sessionId: id, runId: `run_text${i}`, step: 1, name: text, input: { text }, state: 'completed', startedAt: now(), endedAt: now(), durationMs: 0, result: { text } }
+        }
+      ])
+      t.match(await store.getSessionById(id), { instructions: text, model: text }, `a session's instructions and model: ${JSON.stringify(text)}`)
+      t.match(await store.getRun(id, `run_text${i}`), { input: text }, "a run's input")
+      t.match(await store.listMessages(id), [{ content: text }], "a message's content")
+      t.match(await store.listToolCalls(`run_text${i}`), [{ name: text, input: { text }, result: { text } }], "a tool call's name, input and result")
+      const fork = await store.forkSession(id, testSession(`ses_textfork${i}`, { instructions: text, model: text }), 0, { newMessageId: () => `msg_textfork${i}`, sealedAnswer: () => 'sealed' })
+      t.match(await store.getSessionById(fork.id), { instructions: text, model: text }, 'a fork is stored as given')
+      t.match(await store.listMessages(fork.id), [{ content: text }], "and the fork's copy of the message")
+    }
+  })
+
   t.test('a fork holds only finished runs and seals calls without an answer', async (t) => {
     const store = await open(t)
     await store.createSession(session('ses_src'))
