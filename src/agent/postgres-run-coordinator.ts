@@ -5,7 +5,7 @@ import type { ClusterChannel, ClusterMessage } from '../events/cluster-channel.t
 import { newId } from '../ids.ts'
 import type { PostgresStore } from '../store/postgres.ts'
 import { toRun } from '../store/rows.ts'
-import type { RunRecord, SessionRecord } from '../store/store.ts'
+import { SessionGoneError, type RunRecord, type SessionRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
 import type { CallSignal, Cancellation, ClaimedRun, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
 import { waitForRun } from './wait-for-run.ts'
@@ -83,7 +83,9 @@ export class PostgresRunCoordinator implements RunCoordinator {
       // is a statement of its own: its snapshot is taken once the lock is held, so it sees the
       // run an admission that held the lock before it committed.
       const locked = await client.query('SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE', [session.id])
-      if (locked.rowCount === 0) throw new Error(`session ${session.id} does not exist`)
+      // Deleted since the route found it: gone, as the SQLite store says of a run inserted for it
+      // (the caller answers SESSION_NOT_FOUND); a plain Error here was a 500.
+      if (locked.rowCount === 0) throw new SessionGoneError(session.id)
       const { rows: [state] } = await client.query<Row>(
         `SELECT id AS busy_with FROM runs WHERE session_id = $1 AND ${UNFINISHED} ORDER BY owner IS NULL, pos LIMIT 1`, [session.id])
       const busy = state !== undefined
