@@ -159,5 +159,15 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
         RETURN (SELECT count(*) FROM runs WHERE tenant = of_tenant AND status NOT IN ('completed', 'failed', 'cancelled'));
       END
     $$;`
+  },
+  {
+    version: 4,
+    name: 'tool call durations past 2^31 ms',
+    // A call that waits for a person's approval or a client's result has no time limit: after
+    // 24.8 days its duration no longer fit an integer, the call's final state was refused, and its
+    // run could never end (SQLite keeps any such number). Rewrites the table and its indexes once,
+    // holding its reads and writes meanwhile: ~6 s per million calls with 300-byte results
+    // (measured on the test machine); longer results take longer.
+    sql: 'ALTER TABLE tool_calls ALTER COLUMN duration_ms TYPE bigint;'
   }
 ]

@@ -169,6 +169,13 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
       call: { id: 'call_1', sessionId: 'ses_w', runId: 'run_a', step: 1, name: 'fs_read', input: { path: 'a' }, state: 'completed', startedAt: now(), endedAt: now(), durationMs: 5, result: { ok: 1 } }
     }])
     t.match(await store.getToolCall('ses_w', 'call_1'), { state: 'completed', result: { ok: 1 }, durationMs: 5 }, 'a call is replaced by its new state')
+    // A call that waited 30 days for its approval.
+    const month = 30 * 24 * 60 * 60 * 1000
+    await store.commit([{
+      type: 'toolCall',
+      call: { id: 'call_1', sessionId: 'ses_w', runId: 'run_a', step: 1, name: 'fs_read', input: { path: 'a' }, state: 'completed', startedAt: now(), endedAt: now(), durationMs: month, result: { ok: 1 } }
+    }])
+    t.match(await store.getToolCall('ses_w', 'call_1'), { durationMs: month }, 'a duration past 2^31 ms is kept')
     t.equal((await store.listToolCalls('run_a')).length, 1)
     t.equal(await store.getRun('ses_other', 'run_a'), null, 'a run is found only in its session')
   })
