@@ -112,8 +112,9 @@ export class PostgresRunCoordinator implements RunCoordinator {
       }
       const result: Cancellation = { dequeued: [], signalled: [] }
       if (!busy || onBusy !== 'interrupt') return { cancellation: result, cancels: [] as Row[] }
-      // Every run accepted before this one and not ended yet gives way, so runs are still
-      // answered in the order they were accepted and the newest interrupt wins.
+      // Every run accepted before this one and not ended yet gives way: the claimed ones stop, and
+      // the queued ones end as cancelled when their turn comes, so runs are still answered in the
+      // order they were accepted and the newest interrupt wins.
       return this.#cancelIn(client, session.id, { except: run.id })
     })
     this.#sendCancels(cancels)
@@ -125,13 +126,18 @@ export class PostgresRunCoordinator implements RunCoordinator {
     if (this.#draining) return null
     // One statement: processes claiming at once all aim at the session's first queued run, so its
     // row lock lets one win; the others find it owned when they get the row, and claim nothing.
-    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $2, lease_until = ${this.#lease}, cancel_requested = false
+    // A run a later message interrupted while it was queued keeps its flag: it ends, unstarted, as
+    // cancelled once attached (#execute), its turn being now.
+    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $2, lease_until = ${this.#lease}
       WHERE id = (SELECT id FROM runs WHERE session_id = $1 AND status = 'queued' AND owner IS NULL ORDER BY pos LIMIT 1)
         AND owner IS NULL
         AND NOT EXISTS (SELECT 1 FROM runs a WHERE a.session_id = $1 AND a.${UNFINISHED} AND (a.owner IS NOT NULL OR a.status <> 'queued'))
       RETURNING *`, [sessionId, this.ownerId])
+    const row = rows[0]
+    if (!row) return null
+    if (row.cancel_requested === true) this.#pendingCancels.add(String(row.id))
     // Only stored runs are queued here: a claimed run is never ahead of its row.
-    return rows[0] ? { run: toRun(rows[0]), stored: null } : null
+    return { run: toRun(row), stored: null }
   }
 
   attach(runId: string, signals: RunSignals): () => void {
@@ -165,6 +171,10 @@ export class PostgresRunCoordinator implements RunCoordinator {
    * Inside a transaction holding the session row: flags the claimed runs for cancellation (their
    * owners are told after commit) and takes queued ones out of the queue for the caller, who
    * records them as cancelled. With onlyFirst, the active run, or else the first queued one.
+   * With `except` (an admission that interrupts, `except` being its run), the queued ones are
+   * flagged where they are instead: each ends as cancelled when its turn comes (claimNext), after
+   * the runs accepted before it. Recorded at once, a queued run's `done` came before that of the
+   * active run, still stopping.
    */
   async #cancelIn(client: pg.PoolClient, sessionId: string, options: { onlyFirst?: boolean; except?: string }): Promise<{ cancellation: Cancellation; cancels: Row[] }> {
     const except = options.except ?? ''
@@ -173,6 +183,12 @@ export class PostgresRunCoordinator implements RunCoordinator {
       WHERE session_id = $1 AND id <> $2 AND ${CLAIMED} AND NOT (status = 'queued' AND cancel_requested) RETURNING id, owner`, [sessionId, except])
     const cancellation: Cancellation = { dequeued: [], signalled: cancels.map((row) => String(row.id)) }
     if (options.onlyFirst && cancels.length > 0) return { cancellation, cancels }
+    if (options.except !== undefined) {
+      const { rows: flagged } = await client.query<Row>(`UPDATE runs SET cancel_requested = true
+        WHERE session_id = $1 AND id <> $2 AND status = 'queued' AND owner IS NULL RETURNING id`, [sessionId, except])
+      cancellation.signalled.push(...flagged.map((row) => String(row.id)))
+      return { cancellation, cancels }
+    }
     const { rows } = await client.query<Row>(`UPDATE runs SET owner = $3, lease_until = ${this.#lease}, cancel_requested = true
       WHERE id IN (SELECT id FROM runs WHERE session_id = $1 AND id <> $2 AND status = 'queued' AND owner IS NULL ORDER BY pos LIMIT $4)
       RETURNING *`, [sessionId, except, this.ownerId, options.onlyFirst ? 1 : null])
