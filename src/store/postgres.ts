@@ -2,7 +2,7 @@ import pg from 'pg'
 import { postgresMigrations } from './postgres-migrations.ts'
 import { PgTextClient, toPgText } from './postgres-text.ts'
 import { unansweredCalls } from './history.ts'
-import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
+import { json, MOST_TOKENS, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import { StoreClosedError } from './sqlite.ts'
 import { SessionGoneError, storeUnavailable, TenantFullError, withDataJson } from './store.ts'
 import type {
@@ -657,7 +657,8 @@ function prepareWrite(write: StoreWrite): PreparedWrite {
       const { usage, sessionId } = write
       return {
         kind: 'statement',
-        sql: `UPDATE sessions SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3, total_tokens = total_tokens + $4 WHERE id = $1`,
+        sql: `UPDATE sessions SET input_tokens = LEAST(input_tokens + $2, ${MOST_TOKENS}), output_tokens = LEAST(output_tokens + $3, ${MOST_TOKENS}),
+          total_tokens = LEAST(total_tokens + $4, ${MOST_TOKENS}) WHERE id = $1`,
         params: [sessionId, usage.inputTokens, usage.outputTokens, usage.totalTokens]
       }
     }

@@ -6,6 +6,13 @@ import { withDataJson, type EventRecord, type MessageRecord, type RunRecord, typ
  */
 export type Row = Record<string, unknown>
 
+/**
+ * The most a session's token total holds (2^53 - 1): a sum stops there. A provider may report any
+ * safe integer for one call, and a larger sum is one that JSON clients cannot read exactly and that
+ * node:sqlite refuses to read at all (every read of the session failed, and its tenant's listing).
+ */
+export const MOST_TOKENS = Number.MAX_SAFE_INTEGER
+
 export const json = (value: unknown): string | null => (value === undefined ? null : JSON.stringify(value))
 export const parse = <T>(text: unknown): T => (text === null || text === undefined ? (null as T) : (JSON.parse(String(text)) as T))
 

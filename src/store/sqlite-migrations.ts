@@ -159,5 +159,14 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
     sql: `CREATE TABLE unfinished_sessions (
       session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE
     ) WITHOUT ROWID;`
+  },
+  {
+    version: 8,
+    name: 'token totals within 2^53',
+    // Totals are summed up to MOST_TOKENS (2^53 - 1) from now on. One summed past it before could
+    // not be read back (node:sqlite refuses it): every read of its session failed.
+    sql: `UPDATE sessions SET input_tokens = min(input_tokens, 9007199254740991), output_tokens = min(output_tokens, 9007199254740991),
+        total_tokens = min(total_tokens, 9007199254740991)
+      WHERE max(input_tokens, output_tokens, total_tokens) > 9007199254740991;`
   }
 ]

@@ -5,7 +5,7 @@ import { makeFoldersSync } from '../make-folders.ts'
 import { sqliteMigrations } from './sqlite-migrations.ts'
 import { WalCheckpointer } from './sqlite-checkpointer.ts'
 import { dataJsonOf, SessionGoneError, TenantFullError, withDataJson } from './store.ts'
-import { json, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
+import { json, MOST_TOKENS, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import type {
   EventQuery, EventRecord, ForkSealing, IdempotencyClaim, IdempotencyOutcome, MessageRecord, RunPatch,
   RunRecord, SessionRecord, Store, StoreWrite, ToolCallRecord, AuditedToolCall
@@ -184,8 +184,8 @@ class HotStatements {
         duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
         duration_ms = excluded.duration_ms, result = excluded.result, error = excluded.error`)
-    this.addUsage = db.prepare(`UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-      total_tokens = total_tokens + ? WHERE id = ?`)
+    this.addUsage = db.prepare(`UPDATE sessions SET input_tokens = min(input_tokens + ?, ${MOST_TOKENS}),
+      output_tokens = min(output_tokens + ?, ${MOST_TOKENS}), total_tokens = min(total_tokens + ?, ${MOST_TOKENS}) WHERE id = ?`)
     this.setSessionStatus = db.prepare('UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?')
     this.touchSession = db.prepare('UPDATE sessions SET updated_at = ? WHERE id = ?')
     this.lastSeq = db.prepare(`SELECT ${LAST_SEQ} AS last_seq FROM sessions s WHERE id = ?`)

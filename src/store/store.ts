@@ -166,7 +166,7 @@ export type StoreWrite =
   | { type: 'newRun'; run: RunRecord }
   | { type: 'run'; id: string; patch: RunPatch }
   | { type: 'session'; id: string; patch: SessionPatch }
-  /** Adds usage to the session's running total. */
+  /** Adds usage to the session's running total, which stops at MOST_TOKENS (rows.ts). */
   | { type: 'usage'; sessionId: string; usage: Usage }
   /** Inserts or replaces the call's current state. */
   | { type: 'toolCall'; call: ToolCallRecord }

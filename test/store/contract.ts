@@ -180,6 +180,19 @@ export function storeContract(t: TapTest, open: (t: TapTest) => Promise<Store>):
     t.equal(await store.getRun('ses_other', 'run_a'), null, 'a run is found only in its session')
   })
 
+  t.test("a session's token totals stop at 2^53 - 1: the store never holds a total it cannot give back", async (t) => {
+    // A provider may report any safe integer for one call. Summed past 2^53, SQLite held a total
+    // that node:sqlite refuses to read: every read of the session, and the tenant's listing, failed.
+    const store = await open(t)
+    await store.createSession(session('ses_big'))
+    const huge = { inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: Number.MAX_SAFE_INTEGER - 1, totalTokens: Number.MAX_SAFE_INTEGER }
+    await store.commit([{ type: 'usage', sessionId: 'ses_big', usage: huge }, { type: 'usage', sessionId: 'ses_big', usage: huge }])
+    await store.commit([{ type: 'usage', sessionId: 'ses_big', usage: { inputTokens: 1, outputTokens: 1, totalTokens: 1 } }])
+    const most = { inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: Number.MAX_SAFE_INTEGER, totalTokens: Number.MAX_SAFE_INTEGER }
+    t.same((await store.getSessionById('ses_big'))?.usage, most)
+    t.same((await store.listSessions('t', { limit: 10 })).map((s) => s.usage), [most], 'and the listing reads it')
+  })
+
   t.test('text comes back as it was written: NUL characters, a leading U+0001, JSON look-alikes', async (t) => {
     // A client's message, a model's answer or a tool's output may hold any character JSON can carry;
     // PostgreSQL's text cannot hold NUL, so its store must carry such text some other way.

@@ -133,6 +133,17 @@ t.test("a session's newest seq comes from its events: after a restart, and in a 
   t.same((await second.listEvents('ses_old', { after: 0 })).map((e) => e.seq), [1, 2, 3, 4, 5])
 })
 
+t.test('a session whose token totals were summed past 2^53 before schema version 8 is readable again', async (t) => {
+  const path = join(tempDir(t), 'agentd.db')
+  const old = sqliteFileAtVersion(path, 7)
+  // Past 2^63 SQLite had gone on in floating point; past 2^53 node:sqlite refuses to read the value.
+  old.exec(`INSERT INTO sessions (id, tenant, created_at, updated_at, status, model, approval, limits, metadata, input_tokens, output_tokens,
+      total_tokens) VALUES ('ses_big', 't', 'then', 'then', 'idle', 'm', '{}', '{}', '{}', 18014398509481982, 5, 1.0e19)`)
+  old.close()
+  const store = await openSqlite(t, path)
+  t.same((await store.getSession('t', 'ses_big'))?.usage, { inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: 5, totalTokens: Number.MAX_SAFE_INTEGER })
+})
+
 t.test('once the store goes idle, the database file alone holds every commit (the WAL is checkpointed)', async (t) => {
   const dir = tempDir(t)
   const path = join(dir, 'agentd.db')
