@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { selectOne } from '../store/postgres.ts'
@@ -34,6 +35,16 @@ export interface ClusterChannel {
   /** Calls the listener after the channel reconnected (messages sent meanwhile are lost: catch up from the database). */
   onReconnect(listener: () => void): () => void
   close(): Promise<void>
+}
+
+/**
+ * The LISTEN/NOTIFY channel of a deployment named `name` (`agentd:<schema>`): the name itself, or,
+ * when it does not fit PostgreSQL's names (63 bytes: a schema name of 57 bytes or more), `agentd#`
+ * and a hash of it. pg_notify refuses a longer name ("channel name too long") where LISTEN cuts it
+ * short, so every wake-up failed and no process heard another.
+ */
+function notifyChannelOf(name: string): string {
+  return Buffer.byteLength(name) <= 63 ? name : `agentd#${createHash('sha256').update(name).digest('hex').slice(0, 40)}`
 }
 
 /** NOTIFY payloads must stay under 8000 bytes; larger messages travel through the cluster_messages table. */
@@ -94,6 +105,8 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
   readonly #pool: pg.Pool
   readonly #connect: () => pg.Client
   readonly #name: string
+  /** What it LISTENs and NOTIFYs on (notifyChannelOf). */
+  readonly #channel: string
   readonly #onError: (err: Error) => void
   #listener: pg.Client | null = null
   #closed = false
@@ -108,6 +121,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
     this.#pool = pool
     this.#connect = connect
     this.#name = name
+    this.#channel = notifyChannelOf(name)
     this.#onError = onError
     this.#check = setInterval(() => void this.#checkListener(check.timeoutMs), check.everyMs)
     this.#check.unref()
@@ -154,7 +168,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
   async #listen(): Promise<void> {
     const client = this.#connect()
     client.on('notification', (note) => {
-      if (note.channel === this.#name && note.payload) void this.#receive(note.payload)
+      if (note.channel === this.#channel && note.payload) void this.#receive(note.payload)
     })
     client.on('error', (err) => {
       this.#onError(err)
@@ -162,7 +176,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
     })
     client.on('end', () => this.#reconnectSoon(client))
     await client.connect()
-    await client.query(`LISTEN ${pg.escapeIdentifier(this.#name)}`)
+    await client.query(`LISTEN ${pg.escapeIdentifier(this.#channel)}`)
     this.#listener = client
   }
 
@@ -199,7 +213,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
       const { rows } = await this.#pool.query<{ id: string }>('INSERT INTO cluster_messages (payload) VALUES ($1) RETURNING id', [payload])
       payload = `#${rows[0]?.id}`
     }
-    await this.#pool.query('SELECT pg_notify($1, $2)', [this.#name, payload])
+    await this.#pool.query('SELECT pg_notify($1, $2)', [this.#channel, payload])
   }
 
   /** Forgets large messages every process has had time to read. */

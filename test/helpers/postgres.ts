@@ -5,9 +5,13 @@ import type { TapTest } from './app.ts'
 /** The machine's PostgreSQL (trust auth); AGENTD_TEST_DATABASE_URL points the tests elsewhere. */
 export const postgresUrl = process.env.AGENTD_TEST_DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test'
 
-/** Creates a schema of its own for this test and drops it (and everything in it) after. */
-export async function withSchema(t: TapTest): Promise<string> {
-  const schema = `agentd_test_${randomBytes(6).toString('hex')}`
+/**
+ * Creates a schema of its own for this test and drops it (and everything in it) after; its name
+ * padded to `length` bytes when given (PostgreSQL's names hold 63).
+ */
+export async function withSchema(t: TapTest, length?: number): Promise<string> {
+  const random = `agentd_test_${randomBytes(6).toString('hex')}`
+  const schema = length === undefined ? random : `${random}_`.padEnd(length, 'x')
   const client = new pg.Client({ connectionString: postgresUrl })
   await client.connect()
   try {
