@@ -2,8 +2,9 @@
  * Versioned schema of the PostgreSQL store. Append new versions; never edit an applied one.
  * IDs that pages are ordered by (sessions, tool calls; time-ordered) compare byte by byte
  * (COLLATE "C"), as in SQLite, whatever the database's collation. Times are ISO-8601 text and JSON values are text, as in the SQLite store, so that both stores
- * give back byte-identical events; only run leases use the database clock (timestamptz), since
- * several machines must agree on when a lease has expired.
+ * give back byte-identical events; only leases use the database clock, since several machines
+ * must agree on when a lease has expired: a run's (timestamptz), and an idempotency claim's
+ * (written from the database's now as text, PostgresStore.claimIdempotency).
  */
 export const postgresMigrations: Array<{ version: number; name: string; sql: string }> = [
   {

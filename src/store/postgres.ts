@@ -411,12 +411,13 @@ export class PostgresStore implements Store {
 
   async claimIdempotency(claim: IdempotencyClaim): Promise<IdempotencyOutcome> {
     // A claim in progress whose lease has passed was left by a holder that is gone: take it over.
+    // When it has passed is the database's clock's to say (leaseFromNow), as for run leases.
     const inserted = await this.#query(`INSERT INTO idempotency (tenant, key, fingerprint, state, created_at, lease_until)
-      VALUES ($1, $2, $3, 'in_progress', $4, $5)
+      VALUES ($1, $2, $3, 'in_progress', $4, ${LEASE_UNTIL.replace('$ms', '$5')})
       ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, created_at = excluded.created_at,
         lease_until = excluded.lease_until
-      WHERE idempotency.state = 'in_progress' AND idempotency.lease_until < $4`,
-    [claim.tenant, claim.key, claim.fingerprint, claim.createdAt, claim.leaseUntil])
+      WHERE idempotency.state = 'in_progress' AND idempotency.lease_until::timestamptz < now()`,
+    [claim.tenant, claim.key, claim.fingerprint, claim.createdAt, leaseFromNow(claim.leaseUntil)])
     if ((inserted.rowCount ?? 0) > 0) return { state: 'claimed' }
     const { rows } = await this.#query('SELECT * FROM idempotency WHERE tenant = $1 AND key = $2', [claim.tenant, claim.key])
     const row = rows[0]
@@ -428,7 +429,8 @@ export class PostgresStore implements Store {
   }
 
   async renewIdempotency(tenant: string, key: string, leaseUntil: string): Promise<void> {
-    await this.#query(`UPDATE idempotency SET lease_until = $1 WHERE tenant = $2 AND key = $3 AND state = 'in_progress'`, [leaseUntil, tenant, key])
+    await this.#query(`UPDATE idempotency SET lease_until = ${LEASE_UNTIL.replace('$ms', '$1')} WHERE tenant = $2 AND key = $3 AND state = 'in_progress'`,
+      [leaseFromNow(leaseUntil), tenant, key])
   }
 
   async completeIdempotency(tenant: string, key: string, response: { status: number; body: unknown }): Promise<void> {
@@ -719,6 +721,19 @@ const INSERT_SESSION_WITH_ROOM = `WITH counted AS (${LOCK_TENANT_COUNT.replace('
   INSERT INTO sessions (${SESSION_COLUMNS})
   SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::integer, $13::bigint, $14::bigint, $15::bigint, $16
   FROM counted WHERE counted.sessions < $17::integer`
+
+/**
+ * An idempotency claim's lease as the database's clock has it: `$ms` milliseconds from its now, as
+ * ISO-8601 text (the column's form). Processes on several machines must agree on when a claim has
+ * lapsed; judged by each one's own clock, one running ahead of the holder's by more than the
+ * lease took over a live claim, and processed the request a second time.
+ */
+const LEASE_UNTIL = `to_char((now() + $ms * interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+
+/** How far ahead of this process's now `until` is: a caller's lease, to be counted from the database's now. */
+function leaseFromNow(until: string): number {
+  return Math.max(0, Date.parse(until) - Date.now())
+}
 
 /** A message with the seq it was stored at (a fork copies it). */
 type StoredMessage = MessageRecord & { atSeq: number }

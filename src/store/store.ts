@@ -327,7 +327,10 @@ export interface IdempotencyClaim {
   /** Method, route and a hash of the body: the same key with another request is a reuse. */
   fingerprint: string
   createdAt: string
-  /** Until when the claim holds while in progress; its holder renews it (renewIdempotency) while it works. */
+  /**
+   * Until when the claim holds while in progress; its holder renews it (renewIdempotency) while it
+   * works. The PostgreSQL store counts the time left from the database's clock, which every machine shares.
+   */
   leaseUntil: string
 }
 
