@@ -77,6 +77,14 @@ export class RunManager {
    */
   readonly #submitted = new Map<string, SessionRecord>()
   readonly #stopListening: () => void
+  #markDrained: () => void = () => undefined
+  /**
+   * Settles when drain() starts, once the queued runs this process must end are ended. From then
+   * on a run that is not executing here will not end here (a shared store keeps it queued for
+   * another process or the next start, or another process executes it): it is waited for no
+   * longer. Such a wait held the drain until the process was killed, its client left without an answer.
+   */
+  readonly #drained = new Promise<void>((resolve) => (this.#markDrained = resolve))
 
   constructor(options: RunManagerOptions) {
     this.#options = options
@@ -116,12 +124,17 @@ export class RunManager {
     return { message, run: record }
   }
 
-  /** Resolves with the run once it has ended (or paused, with untilPause); null when it is gone. */
+  /**
+   * Resolves with the run once it has ended (or paused, with untilPause); null when it is gone.
+   * Once this process drains, a run not executing here resolves as stored, ended or not (#drained).
+   */
   waitFor(sessionId: string, runId: string, options: { untilPause?: boolean } = {}): Promise<RunRecord | null> {
     const waiting = this.#options.coordinator.waitFor(sessionId, runId, options)
     // A run executing here also ends here: that answers even when the store could not record its end.
     const local = this.#executions.get(runId)
-    return local ? Promise.race([waiting, local.finished]) : waiting
+    if (local) return Promise.race([waiting, local.finished])
+    const drained = this.#drained.then(() => this.#executions.get(runId)?.finished ?? this.#options.store.getRun(sessionId, runId))
+    return Promise.race([waiting, drained])
   }
 
   /**
@@ -186,6 +199,7 @@ export class RunManager {
   /** Ends the queued runs this process must, gives its running ones up to graceMs, then interrupts them. */
   async drain(graceMs: number): Promise<void> {
     for (const queued of await this.#options.coordinator.drainQueued()) await this.#endQueued(queued)
+    this.#markDrained()
     const all = () => [...this.#executions.values()].map((execution) => execution.finished)
     const timer = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), graceMs).unref())
     if ((await Promise.race([Promise.all(all()), timer])) === 'timeout') {

@@ -65,6 +65,11 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
         throw new ApiError('UNAVAILABLE', 'The service is shutting down and cancelled this run; send the message again', { runId: run.id },
           { 'retry-after': '5' })
       }
+      if ((settled.status === 'queued' || settled.status === 'running') && app.agentd.state.draining) {
+        // Drained, and the run goes on without this process (PostgreSQL keeps it queued for another,
+        // or another runs it): accepted, as without ?wait, and kept so under an Idempotency-Key.
+        return reply.status(202).send({ message: toMessageView(message), run: toRunView(settled) })
+      }
       const last = await lastAssistantMessage(store, session.id, message.id, run.id)
       const pending = settled.status === 'awaiting_approval' || settled.status === 'awaiting_tool_result'
         ? (await store.listToolCalls(run.id)).findLast((c) => c.state === 'approval_required' || c.state === 'executing')
