@@ -18,7 +18,9 @@ t.test('a message to a session deleted while its run is admitted is a 404 on Pos
   await other.query('BEGIN')
   await other.query('SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE', [session.id])
   const posting = app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'hi' } })
-  const waiting = async () => (await other.query(`SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`)).rows[0].n > 0
+  // The app's connections carry the schema's name (schemaUrl): its admission is the one waiting for the row.
+  const waiting = async () => (await other.query(`SELECT count(*) AS n FROM pg_stat_activity
+    WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`, [schema])).rows[0].n > 0
   for (let tries = 0; tries < 200 && !(await waiting()); tries++) await sleep(10)
   await other.query('DELETE FROM sessions WHERE id = $1', [session.id])
   await other.query('COMMIT')
