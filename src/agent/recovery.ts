@@ -17,9 +17,9 @@ export function unfinishedCallError(toolName: string, because = 'the service sto
 /**
  * Ends a run whose owner is gone (a crash, kill -9, a peer that died) or could not record its end
  * (its store failed): announces it with run_recovered, seals every call that never got its
- * result, and fails the run. Resolves with whether the end was recorded (endRun).
+ * result, and fails the run. Resolves with whether the end was recorded (endRun), and the run as it ended.
  */
-export async function abandonAfterRestart(session: SessionRecord, run: RunRecord, deps: RunDependencies): Promise<boolean> {
+export async function abandonAfterRestart(session: SessionRecord, run: RunRecord, deps: RunDependencies): Promise<{ ended: boolean; run: RunRecord }> {
   const ctx = new RunContext(session, run, deps, new AbortController().signal)
   const { store } = deps
   const previousStatus = run.status
@@ -39,9 +39,10 @@ export async function abandonAfterRestart(session: SessionRecord, run: RunRecord
   } catch (err) {
     ctx.log.error({ err }, 'could not seal the calls of a recovered run')
   }
-  return endRun(ctx, 'failed', 'failed', classified({
+  const ended = await endRun(ctx, 'failed', 'failed', classified({
     errorType: 'exception', code: 'UNKNOWN', fatal: true, retryable: true,
     message: `The run was ended by recovery while it was ${previousStatus}: the process running it stopped, or could not store its end`,
     recommendations: ['Send the message again to continue; the conversation holds everything committed before the stop.']
   }))
+  return { ended, run: ctx.run }
 }

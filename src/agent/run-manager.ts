@@ -157,11 +157,14 @@ export class RunManager {
         requeued++
         continue
       }
-      const ended = await abandonAfterRestart(session, run, this.#dependencies())
+      const { ended, run: abandoned } = await abandonAfterRestart(session, run, this.#dependencies())
       // Its session may start its next run now (a peer that died left it claimed), unless its
       // end could not be stored either: then the next recovery tries again.
       await coordinator.release(run, ended)
-      if (ended) failed++
+      if (!ended) continue
+      failed++
+      // Its execution, which would have told the runEnd hooks, is gone: they hear of it from here.
+      await this.#runEnded(abandoned)
     }
     if (requeued + failed > 0) logger.warn({ requeued, failed }, 'recovered runs left unfinished by their owner')
     return { requeued, failed }

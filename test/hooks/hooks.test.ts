@@ -1,7 +1,9 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { buildTestApp, type TapTest, type TestApp } from '../helpers/app.ts'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import { buildTestApp, tempDir, type TapTest, type TestApp } from '../helpers/app.ts'
+import { testSession } from '../store/contract.ts'
 import { undocumentedEvents } from '../helpers/event-document.ts'
 import { deadUrl, expectedSignature, hooksEnv, startHookServer, type HookAnswer } from '../helpers/hook-server.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
@@ -282,6 +284,24 @@ t.test('runEnd is delivered at least once: retried with backoff, same deliveryId
   t.equal(warns.length, 2, 'each failed attempt is a monitor warn')
   t.match(warns[0]?.data.message, /Hook ledger \(runEnd\) failed: it answered HTTP 500; retry 1 of 5 in \d+ ms/)
   t.match(warns[0]?.data.detail, { code: 'HOOK_HTTP_ERROR', detail: { hook: 'ledger', attempt: 1, status: 500 } })
+})
+
+t.test('runEnd hears of a run the recovery ended after a restart (it was never told)', async (t) => {
+  const receiver = await startHookServer(t, () => ({ json: {} }))
+  const db = join(tempDir(t), 'agentd.db')
+  // The store as a process that died mid-run left it: the run running, its end never recorded.
+  const before = new SqliteStore(db)
+  await before.migrate()
+  const now = new Date().toISOString()
+  await before.createSession(testSession('ses_01M8EPAAAAAAAAAAAAAAAAAAAA', { tenant: 'default', tools: [] }))
+  await before.commit([{
+    type: 'newRun', run: { id: 'run_dead', sessionId: 'ses_01M8EPAAAAAAAAAAAAAAAAAAAA', status: 'running', requestId: 'req-dead', steps: 0,
+      usage: { inputTokens: 0, outputTokens: 0, totalTokens: 0 }, error: null, messageId: 'msg_dead', input: 'hi', createdAt: now, startedAt: now, endedAt: null }
+  }])
+  await before.close()
+  await buildTestApp(t, { env: { AGENTD_DB: db, ...hooksEnv(t, [{ name: 'ledger', on: 'runEnd', url: receiver.url }]) } })
+  for (let i = 0; i < 300 && receiver.received.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.match(receiver.received[0]?.body, { event: 'runEnd', hook: 'ledger', tenant: 'default', run: { id: 'run_dead', status: 'failed', error: { errorType: 'exception' } } })
 })
 
 /** A run with a runEnd hook to `url` (retried within milliseconds), and the monitor warns of its first failed delivery. */
