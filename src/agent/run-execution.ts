@@ -88,7 +88,10 @@ export class RunExecution {
         return ctx.run
       }
       if (ctx.signal.aborted) {
-        this.#endRecorded = await endRun(ctx, 'cancelled', 'interrupted', null)
+        // Stopped by its process's shutdown rather than by a person: the run says so, for whoever
+        // waits for it on another process (PostgreSQL) to answer as this one does (503, not kept).
+        const error = ctx.signal.reason instanceof ServiceShutdown ? shutdownError() : null
+        this.#endRecorded = await endRun(ctx, 'cancelled', 'interrupted', error)
       } else {
         const failure = err instanceof RunFailure ? err : new RunFailure(serviceFailure(err), 'system')
         if (!(err instanceof RunFailure)) ctx.log.error({ err }, 'run failed unexpectedly')
@@ -183,6 +186,22 @@ export class RunExecution {
 export function serviceFailure(err: unknown): ClassifiedError {
   const error = classifyException(err, 'system', { fatal: true })
   return { ...error, message: 'The service failed while running this run (details are in its logs under the request ID); the run was ended' }
+}
+
+/** Why a drain aborts the runs still going when its grace period has passed (RunManager.drain). */
+export class ServiceShutdown extends Error {
+  constructor() {
+    super('the service is shutting down')
+    this.name = 'ServiceShutdown'
+  }
+}
+
+function shutdownError(): ClassifiedError {
+  return classified({
+    errorType: 'aborted', code: 'SERVICE_SHUTDOWN', fatal: true, retryable: true,
+    message: 'The process running this run shut down (its grace period, AGENTD_SHUTDOWN_GRACE_MS, passed) and cancelled it',
+    recommendations: ['Send the message again; the conversation holds everything committed before the stop.']
+  })
 }
 
 function maxStepsError(maxSteps: number): ClassifiedError {

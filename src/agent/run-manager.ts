@@ -12,7 +12,7 @@ import type { RetryPolicy } from './retry.ts'
 import type { ApprovalDecision, CallSignal, ClientToolResult, OnBusy, RunCoordinator } from './run-coordinator.ts'
 import { RunContext } from './run-context.ts'
 import { endRun } from './run-end.ts'
-import { RunExecution, serviceFailure, type ExecuteTool, type RunDependencies } from './run-execution.ts'
+import { RunExecution, serviceFailure, ServiceShutdown, type ExecuteTool, type RunDependencies } from './run-execution.ts'
 import type { SessionToolSet } from '../tools/tool-set.ts'
 
 export type { OnBusy } from './run-coordinator.ts'
@@ -206,7 +206,7 @@ export class RunManager {
     const all = () => [...this.#executions.values()].map((execution) => execution.finished)
     const timer = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), graceMs).unref())
     if ((await Promise.race([Promise.all(all()), timer])) === 'timeout') {
-      for (const execution of this.#executions.values()) execution.controller.abort()
+      for (const execution of this.#executions.values()) execution.controller.abort(new ServiceShutdown())
       await Promise.all(all())
     }
     this.#stopListening()

@@ -60,8 +60,9 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     if (request.query.wait) {
       // Answers when the run ends or pauses for someone else (an approval, a client tool).
       const settled = (await runs.waitFor(session.id, run.id, { untilPause: true })) ?? run
-      if (settled.status === 'cancelled' && app.agentd.state.draining) {
-        // Not the client's final answer (and not kept under an Idempotency-Key): the service went away.
+      if (settled.status === 'cancelled' && (app.agentd.state.draining || settled.error?.code === 'SERVICE_SHUTDOWN')) {
+        // Not the client's final answer (and not kept under an Idempotency-Key): the service, or the
+        // process that ran the run (PostgreSQL), went away.
         throw new ApiError('UNAVAILABLE', 'The service is shutting down and cancelled this run; send the message again', { runId: run.id },
           { 'retry-after': '5' })
       }

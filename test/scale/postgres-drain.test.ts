@@ -2,6 +2,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { startDevModel } from '../../src/model/dev-model.ts'
 import { tempDir } from '../helpers/app.ts'
+import { startCluster } from '../helpers/cluster.ts'
 import { schemaUrl, withSchema } from '../helpers/postgres.ts'
 import { startServer, until } from '../helpers/server-process.ts'
 
@@ -51,4 +52,33 @@ t.test('SIGTERM on PostgreSQL: a ?wait=true request for a run left queued is ans
   const again = await post(next.url, `/v1/sessions/${session.id}/messages?wait=true`, body, key)
   t.equal(again.status, 202)
   t.equal(((await again.json()) as { run: { id: string } }).run.id, runId, 'the retry is answered with the same run')
+})
+
+// A run admitted through A may execute on B (B claims the session's next run when its own ends).
+// When B shuts down and cancels it, the ?wait=true request on A was answered 200 with the run
+// cancelled, and kept so under its Idempotency-Key: every retry got the cancellation again. On
+// SQLite the process that shuts down is the one that answers: 503, not kept, and the retry runs.
+t.test('a ?wait=true request on A whose run B cancels as B shuts down is answered 503, and its retry runs', async (t) => {
+  const cluster = await startCluster(t, 2, { AGENTD_SHUTDOWN_GRACE_MS: '300' })
+  const [a, b] = cluster.servers as [typeof cluster.servers[0], typeof cluster.servers[0]]
+  const { api, devModel, eventOf } = cluster
+  const session = (await api(a, 'POST', '/v1/sessions', { tools: [] })).json
+  devModel.script({ text: 'one', delayMs: 500 }, { hang: true })
+  const first = (await api(b, 'POST', `/v1/sessions/${session.id}/messages`, { content: 'first' })).json
+  const key = { 'idempotency-key': 'peer-shutdown' }
+  const body = { content: 'second', onBusy: 'enqueue' }
+  const waiting = api(a, 'POST', `/v1/sessions/${session.id}/messages?wait=true`, body, key)
+  const started = await eventOf(a, session.id, (e) => e.type === 'state_changed' && e.runId !== first.run.id && e.data.to === 'running', 10_000, 'the second run on B')
+
+  b.child.kill('SIGTERM')
+  const answer = await waiting
+  t.equal(answer.status, 503, 'the service went away: not the client\'s answer (it was 200, the run cancelled)')
+  t.match(answer.json.error, { code: 'UNAVAILABLE', details: { runId: started.runId } })
+  t.match((await api(a, 'GET', `/v1/sessions/${session.id}/runs/${started.runId}`)).json, {
+    status: 'cancelled', error: { code: 'SERVICE_SHUTDOWN', errorType: 'aborted' }
+  }, 'the run says why it was cancelled')
+  devModel.script({ text: 'second, again' })
+  const retried = await api(a, 'POST', `/v1/sessions/${session.id}/messages?wait=true`, body, key)
+  t.equal(retried.status, 200, 'the retry with the same key is processed')
+  t.equal(retried.json.run.status, 'completed')
 })
