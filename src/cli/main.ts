@@ -51,6 +51,19 @@ function count(name: string, value: string | undefined): number | undefined {
   return Number(value)
 }
 
+/**
+ * The service's base URL, checked here: fetch reads `localhost:3000` as a URL of the scheme
+ * "localhost:" and fails with "fetch failed", which would be reported as a service that cannot be
+ * reached while it is up and only the scheme is missing.
+ */
+function serviceUrl(from: string, value: string): string {
+  const url = URL.parse(value)
+  if (url?.protocol !== 'http:' && url?.protocol !== 'https:') {
+    throw new UsageError(`${from} must be an http:// or https:// URL such as http://127.0.0.1:3000, not "${value}"`)
+  }
+  return value
+}
+
 /** A comma list of names. */
 const names = (list: string) => list.split(',').map((name) => name.trim()).filter(Boolean)
 
@@ -99,8 +112,9 @@ export async function main(argv: string[]): Promise<number | undefined> {
     return undefined
   }
 
-  const client = new AgentdClient(values.url ?? process.env.AGENTD_URL ?? 'http://127.0.0.1:3000', values.key ?? process.env.AGENTD_API_KEY)
   try {
+    const url = values.url !== undefined ? serviceUrl('--url', values.url) : serviceUrl('AGENTD_URL', process.env.AGENTD_URL || 'http://127.0.0.1:3000')
+    const client = new AgentdClient(url, values.key ?? process.env.AGENTD_API_KEY)
     switch (command) {
       case 'chat':
         return await chat(client, {

@@ -64,6 +64,19 @@ t.test('agentd sessions and events', async (t) => {
     t.match(help.stdout, 'agentd <command>')
   })
 
+  t.test('a service URL that is not an http(s) URL is a command line mistake, not an unreachable service', async (t) => {
+    // Before, `--url localhost:3000` (no scheme; URL reads "localhost:" as one) said
+    // "UNREACHABLE: cannot reach localhost:3000 (fetch failed)" with exit 1, of a service that was up.
+    for (const url of ['localhost:3000', '127.0.0.1:3000', 'ftp://127.0.0.1:3000', 'not a url']) {
+      const byFlag = await agentd(['sessions', '--url', url], { env })
+      t.equal(byFlag.code, 2, `--url ${url}`)
+      t.match(byFlag.stderr, `agentd: --url must be an http:// or https:// URL such as http://127.0.0.1:3000, not "${url}"`)
+    }
+    const byEnv = await agentd(['sessions'], { env: { AGENTD_URL: 'localhost:3000' } })
+    t.equal(byEnv.code, 2)
+    t.match(byEnv.stderr, 'agentd: AGENTD_URL must be an http:// or https:// URL such as http://127.0.0.1:3000, not "localhost:3000"')
+  })
+
   t.test('an unreachable service is one line, exit 1', async (t) => {
     const run = await agentd(['sessions', '--url', 'http://127.0.0.1:9'], { env })
     t.equal(run.code, 1)
