@@ -21,12 +21,26 @@ class LineReader {
     })
   }
 
-  /** The next line, or null once stdin has ended. */
-  next(): Promise<string | null> {
+  /**
+   * The next line, or null once stdin has ended or `signal` aborts. An aborted wait gives up its
+   * place, so the line typed next goes to whoever asks next, not to a question that is gone.
+   */
+  next(signal?: AbortSignal): Promise<string | null> {
     const line = this.#queued.shift()
     if (line !== undefined) return Promise.resolve(line)
-    if (this.#ended) return Promise.resolve(null)
-    return new Promise((resolve) => this.#waiting.push(resolve))
+    if (this.#ended || signal?.aborted) return Promise.resolve(null)
+    return new Promise((resolve) => {
+      const waiter = (line: string | null) => {
+        signal?.removeEventListener('abort', abandon)
+        resolve(line)
+      }
+      const abandon = () => {
+        this.#waiting.splice(this.#waiting.indexOf(waiter), 1)
+        resolve(null)
+      }
+      signal?.addEventListener('abort', abandon, { once: true })
+      this.#waiting.push(waiter)
+    })
   }
 }
 
@@ -90,20 +104,24 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
   say(dim(`session ${sessionId} · ${client.baseUrl}${interactive ? ' · Ctrl+C interrupts a run, Ctrl+D quits' : ''}`))
 
   let active: AbortController | undefined
-  let interrupting = false
+  /** Aborted by the first Ctrl+C of a run: takes back a question the run was waiting on. */
+  let interrupting = new AbortController()
   process.on('SIGINT', () => {
     // The first Ctrl+C of a run interrupts it; another one (or one between runs) quits.
-    if (!active || interrupting) process.exit(130)
-    interrupting = true
+    if (!active || interrupting.signal.aborted) process.exit(130)
+    interrupting.abort()
     say(dim('\n(interrupting; Ctrl+C again quits)'))
     client.request('POST', `${path}/interrupt`).catch((err: unknown) => say(paint('red', failureText(err))))
   })
 
-  /** Asks a question on stdout and reads the answer from stdin (null at end of input). */
+  /**
+   * Asks a question on stdout and reads the answer from stdin (null at end of input, or once the
+   * run is being interrupted: the interrupt settles the call, and an answer would be refused).
+   */
   const ask = async (question: string): Promise<string | null> => {
     out.write(paint('yellow', question))
-    const answer = await lines.next()
-    if (!interactive) out.write(`${answer ?? ''}\n`)
+    const answer = await lines.next(interrupting.signal)
+    if (!interactive && !interrupting.signal.aborted) out.write(`${answer ?? ''}\n`)
     return answer
   }
 
@@ -147,6 +165,7 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
         case 'permission_required': {
           spinner.stop()
           const answer = await ask(`Allow ${printable(call?.name ?? '')} ${short(call?.input)}? [y/n] `)
+          if (interrupting.signal.aborted) break
           const decision = /^\s*y(es)?\s*$/i.test(answer ?? '') ? 'allow' : 'deny'
           if (answer === null) say(dim('(no input left: denied)'))
           await client.request('POST', `${path}/approvals/${encodeURIComponent(call?.id ?? '')}`, { decision })
@@ -156,6 +175,7 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
         case 'tool_result_required': {
           spinner.stop()
           const answer = (await ask(`Result for ${printable(call?.name ?? '')} ${short(call?.input)} (JSON or text; "error: …" fails it): `)) ?? ''
+          if (interrupting.signal.aborted) break
           const failed = /^error:\s*/i.exec(answer)
           let body: { output: unknown } | { error: string }
           if (failed) body = { error: answer.slice(failed[0].length) || 'failed' }
@@ -218,7 +238,7 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
       say(paint('red', failureText(err)))
     } finally {
       active = undefined
-      interrupting = false
+      interrupting = new AbortController()
     }
   }
   return 0

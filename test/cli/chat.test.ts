@@ -109,6 +109,37 @@ t.test('agentd chat', async (t) => {
     t.equal(stdout.split('this answer arrives after the connection dropped').length, 2, `the answer is printed exactly once:\n${stdout}`)
   })
 
+  t.test('Ctrl+C at an approval or client tool question interrupts the run and takes back the question', async (t) => {
+    // Before, the run was interrupted but the question stayed: the next line typed was taken as
+    // its answer (refused with 409 NOT_AWAITING) instead of being sent as the next message.
+    const session = await create({
+      approval: { mode: 'tools', tools: ['fs_write'] },
+      tools: ['fs_write', { type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }]
+    })
+    const child = spawn(process.execPath, [BIN, 'chat', '--session', session.id], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['pipe', 'pipe', 'pipe'] })
+    t.teardown(() => child.kill('SIGKILL'))
+    let stdout = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve))
+    const questions = [
+      { message: 'call fs_write {"path": "a.txt", "content": "x"}', question: 'Allow fs_write' },
+      { message: 'call pick_colour {}', question: 'Result for pick_colour' }
+    ]
+    for (const [i, { message, question }] of questions.entries()) {
+      child.stdin.write(`${message}\n`)
+      await until(async () => stdout.includes(question), 10_000, question)
+      child.kill('SIGINT')
+      await until(async () => stdout.split('— interrupted').length === i + 2, 10_000, `the interrupted run after "${question}"`)
+      child.stdin.write(`after question ${i}\n`)
+      await until(async () => stdout.includes(`You said: after question ${i}`), 10_000, `the next message after "${question}"`)
+    }
+    child.stdin.end()
+    t.equal(await closed, 0)
+    t.notMatch(stdout, 'NOT_AWAITING', 'no answer went to a question that was gone')
+    const tools = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+      .filter((m: { role: string }) => m.role === 'tool')
+    t.equal(tools.length, 2, 'each call was settled by the interrupt')
+  })
 })
 
 t.test('with API keys on, --key or AGENTD_API_KEY is sent', async (t) => {
