@@ -191,9 +191,11 @@ async function createSession(event) {
 
 /** What is shown of the open session: its timeline items and the stream feeding them. */
 let view = null
+/** Counts the opens begun: one that a later click overtook while it read gives way to it. */
+let opens = 0
 
 async function openSession(id) {
-  view?.stream.abort()
+  const open = ++opens
   const session = await api('GET', `/v1/sessions/${encodeURIComponent(id)}`)
   const opened = {
     session,
@@ -210,6 +212,12 @@ async function openSession(id) {
     blocks: new Map()
   }
   await readPrompts(opened)
+  // Shown and followed only if no session was clicked since: an earlier, slower open would
+  // replace the one asked for last, and its stream would never be closed.
+  if (open !== opens) return
+  // The session shown so far stops following only now: one that cannot be opened (deleted by
+  // another client) leaves it on screen and live, not frozen under a "live" badge.
+  view?.stream.abort()
   sessionStorage.setItem(OPEN_STORE, id)
   view = opened
   $('empty').hidden = true
