@@ -66,8 +66,12 @@ function showError(err) {
   if (err instanceof ApiFailure && err.status === 401) $('api-key').focus()
 }
 
-/** Runs an action started by the user; failures are shown, never thrown into the void. */
-const guarded = (action) => (...args) => Promise.resolve().then(() => action(...args)).catch(showError)
+/**
+ * Runs an action started by the user; failures are shown, never thrown into the void. The action
+ * starts at once, not a tick later: its `event.preventDefault()` must come while the event is
+ * being dispatched (a form sent with requestSubmit() was otherwise also submitted the browser's way).
+ */
+const guarded = (action) => (...args) => new Promise((resolve) => resolve(action(...args))).catch(showError)
 
 // ---------------------------------------------------------------- DOM helpers
 
@@ -624,6 +628,9 @@ function start() {
   $('more-sessions').addEventListener('click', guarded(() => loadSessions(false)))
   $('composer').addEventListener('submit', guarded(send))
   $('message').addEventListener('keydown', (event) => {
+    // An Enter that confirms an input method's composition (Japanese, Chinese, Korean) is not a
+    // send; Safari reports it with isComposing already false, but with keyCode 229.
+    if (event.isComposing || event.keyCode === 229) return
     if (event.key === 'Enter' && !event.shiftKey) {
       event.preventDefault()
       $('composer').requestSubmit()
