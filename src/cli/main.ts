@@ -117,6 +117,16 @@ export async function main(argv: string[]): Promise<number | undefined> {
     const client = new AgentdClient(url, values.key ?? process.env.AGENTD_API_KEY)
     switch (command) {
       case 'chat':
+        // The API cannot change an existing session's tools or approval: ignoring these with
+        // --session would chat on under the session's own approval, tools running unasked.
+        for (const name of ['tools', 'approval', 'ask'] as const) {
+          if (values.session && values[name] !== undefined) {
+            throw new UsageError(`--${name} sets up a new session; an existing one (--session) keeps its own tools and approval`)
+          }
+        }
+        if (values.approval !== undefined && values.ask !== undefined) {
+          throw new UsageError('--approval and --ask are alternatives: one approval mode or the tools that need approval')
+        }
         return await chat(client, {
           ...(values.session ? { sessionId: values.session } : {}),
           ...(values.tools !== undefined ? { tools: names(values.tools) } : {}),

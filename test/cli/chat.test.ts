@@ -109,6 +109,21 @@ t.test('agentd chat', async (t) => {
     t.equal(stdout.split('this answer arrives after the connection dropped').length, 2, `the answer is printed exactly once:\n${stdout}`)
   })
 
+  t.test('options that set up a new session are refused with --session, not ignored', async (t) => {
+    // Before, `--session <id> --approval always` chatted on with the session's own approval
+    // (auto): tools the user meant to be asked about ran without a question.
+    const session = await create({ tools: ['fs_write'] })
+    for (const options of [['--approval', 'always'], ['--ask', 'fs_write'], ['--tools', 'fs_list']]) {
+      const run = await agentd(['chat', '--session', session.id, ...options], { env, input: 'call fs_write {"path": "a.txt", "content": "x"}\n' })
+      t.equal(run.code, 2, options.join(' '))
+      t.match(run.stderr, `agentd: ${options[0]} sets up a new session; an existing one (--session) keeps its own tools and approval`)
+    }
+    const both = await agentd(['chat', '--approval', 'auto', '--ask', 'fs_write'], { env })
+    t.equal(both.code, 2, '--approval and --ask together')
+    t.match(both.stderr, 'agentd: --approval and --ask are alternatives: one approval mode or the tools that need approval')
+    t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data.length, 0, 'nothing was sent')
+  })
+
   t.test('Ctrl+C at an approval or client tool question interrupts the run and takes back the question', async (t) => {
     // Before, the run was interrupted but the question stayed: the next line typed was taken as
     // its answer (refused with 409 NOT_AWAITING) instead of being sent as the next message.
