@@ -1,5 +1,5 @@
 import { createInterface } from 'node:readline'
-import type { AgentdClient } from './client.ts'
+import { ApiFailure, type AgentdClient } from './client.ts'
 import { classified, failureText, paint, printable, short } from './format.ts'
 
 /** Lines of stdin, one at a time, whether a person types them or a pipe holds them all. */
@@ -235,6 +235,11 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
       await follow(sent.run.id, lastSeq)
     } catch (err) {
       spinner.stop()
+      // A session deleted meanwhile (by another client) refuses every later line: the chat ends.
+      if (err instanceof ApiFailure && err.body.code === 'SESSION_NOT_FOUND') {
+        process.stderr.write(`agentd: ${failureText(err)}\n`)
+        return 1
+      }
       say(paint('red', failureText(err)))
     } finally {
       active = undefined

@@ -124,6 +124,26 @@ t.test('agentd chat', async (t) => {
     t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data.length, 0, 'nothing was sent')
   })
 
+  t.test('a session deleted while chatting ends the chat with its error and exit code 1', async (t) => {
+    // Before, the chat went on: every later line was refused with SESSION_NOT_FOUND, and a
+    // script's chat ended with exit code 0.
+    const session = await create({ tools: [] })
+    const child = spawn(process.execPath, [BIN, 'chat', '--session', session.id], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['pipe', 'pipe', 'pipe'] })
+    t.teardown(() => child.kill('SIGKILL'))
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve))
+    child.stdin.write('first\n')
+    await until(async () => stdout.includes('— completed'), 10_000, 'the first run')
+    await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })
+    child.stdin.write('second\n')
+    const code = await Promise.race([closed, new Promise<string>((resolve) => setTimeout(resolve, 10_000, 'still running').unref())])
+    t.equal(code, 1, 'the chat ends by itself, exit code 1')
+    t.match(stderr, /^agentd: SESSION_NOT_FOUND \(HTTP 404\): .*\n {2}request: req_\w+\n$/, 'the envelope on stderr')
+  })
+
   t.test('Ctrl+C at an approval or client tool question interrupts the run and takes back the question', async (t) => {
     // Before, the run was interrupted but the question stayed: the next line typed was taken as
     // its answer (refused with 409 NOT_AWAITING) instead of being sent as the next message.
