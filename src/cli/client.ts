@@ -35,7 +35,17 @@ export class ApiFailure extends Error {
 }
 
 /** A failure that retrying the same stream later cannot fix. */
-const isFinal = (err: unknown) => err instanceof ApiFailure && [400, 401, 403, 404].includes(err.status)
+const isFinal = (err: unknown) => err instanceof ApiFailure && ([400, 401, 403, 404].includes(err.status) || err.body.code === 'INVALID_RESPONSE')
+
+/**
+ * A success that is not agentd's answer: the URL leads to something else (port 3000 is also a web
+ * app dev server's default, and one answers every path with its page), which would otherwise
+ * surface as a TypeError about a missing field, or as an event stream with no event in it.
+ */
+function notAgentd(baseUrl: string, response: Response, wanted: string): ApiFailure {
+  const type = response.headers.get('content-type')?.split(';')[0] || 'no content type'
+  return new ApiFailure(response.status, { code: 'INVALID_RESPONSE', message: `${baseUrl} answered with ${type}, not the ${wanted} of agentd's API: is it an agentd server?` })
+}
 
 /** The HTTP API of one agentd server, as any client sees it: the CLI uses nothing else. */
 export class AgentdClient {
@@ -69,6 +79,7 @@ export class AgentdClient {
       // Not JSON (a proxy's page): reported below with its status.
     }
     if (!response.ok) throw new ApiFailure(response.status, parsed?.error ?? { code: `HTTP_${response.status}`, message: text.slice(0, 200) || response.statusText })
+    if (typeof parsed !== 'object' || parsed === null) throw notAgentd(this.baseUrl, response, 'JSON')
     return parsed as T
   }
 
@@ -122,6 +133,10 @@ export class AgentdClient {
     if (!response.ok || !response.body) {
       const body = (await response.json().catch(() => null)) as { error?: ErrorBody } | null
       throw new ApiFailure(response.status, body?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
+    }
+    if (!response.headers.get('content-type')?.startsWith('text/event-stream')) {
+      await response.body.cancel()
+      throw notAgentd(this.baseUrl, response, 'event stream')
     }
     let buffer = ''
     const decoder = new TextDecoder()

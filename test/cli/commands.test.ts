@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { buildTestApp, listen, tempDir } from '../helpers/app.ts'
 import { agentd, BIN } from '../helpers/cli.ts'
@@ -75,6 +77,20 @@ t.test('agentd sessions and events', async (t) => {
     const byEnv = await agentd(['sessions'], { env: { AGENTD_URL: 'localhost:3000' } })
     t.equal(byEnv.code, 2)
     t.match(byEnv.stderr, 'agentd: AGENTD_URL must be an http:// or https:// URL such as http://127.0.0.1:3000, not "localhost:3000"')
+  })
+
+  t.test('a URL where something else than agentd answers (a web app\'s dev server) is said so, exit 1', async (t) => {
+    // Before: "agentd: Cannot read properties of null (reading 'data')", and `events --follow`
+    // reconnected for ever to a page that was no event stream.
+    const page = createServer((_request, response) => response.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><div id="root"></div>'))
+    await new Promise<void>((resolve) => page.listen(0, '127.0.0.1', resolve))
+    t.teardown(() => page.close())
+    const url = `http://127.0.0.1:${(page.address() as AddressInfo).port}`
+    for (const args of [['sessions'], ['chat'], ['events', 'ses_x'], ['events', 'ses_x', '--follow']]) {
+      const run = await agentd([...args, '--url', url], { env, timeoutMs: 10_000 })
+      t.equal(run.code, 1, args.join(' '))
+      t.match(run.stderr, `agentd: INVALID_RESPONSE (HTTP 200): ${url} answered with text/html, not the ${args.includes('--follow') ? 'event stream' : 'JSON'} of agentd's API: is it an agentd server?\n`)
+    }
   })
 
   t.test('an unreachable service is one line, exit 1', async (t) => {

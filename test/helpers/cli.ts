@@ -9,8 +9,8 @@ export interface CliRun {
   stderr: string
 }
 
-/** Runs `agentd <args>` as a child process, with `input` as its whole stdin. */
-export function agentd(args: string[], options: { env?: Record<string, string>; input?: string; node?: string } = {}): Promise<CliRun> {
+/** Runs `agentd <args>` as a child process, with `input` as its whole stdin; killed after `timeoutMs` if given. */
+export function agentd(args: string[], options: { env?: Record<string, string>; input?: string; node?: string; timeoutMs?: number } = {}): Promise<CliRun> {
   const child = spawn(options.node ?? process.execPath, [BIN, ...args], {
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...options.env },
     stdio: ['pipe', 'pipe', 'pipe']
@@ -20,5 +20,9 @@ export function agentd(args: string[], options: { env?: Record<string, string>; 
   child.stdout.on('data', (chunk) => (stdout += chunk))
   child.stderr.on('data', (chunk) => (stderr += chunk))
   child.stdin.end(options.input ?? '')
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })))
+  const timer = options.timeoutMs === undefined ? undefined : setTimeout(() => child.kill('SIGKILL'), options.timeoutMs)
+  return new Promise((resolve) => child.on('close', (code) => {
+    clearTimeout(timer)
+    resolve({ code, stdout, stderr })
+  }))
 }
