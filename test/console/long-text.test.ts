@@ -1,0 +1,44 @@
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t from 'tap'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { launchBrowser } from '../helpers/browser.ts'
+
+// Chromium drives the page: on a busy 2-core machine the file takes minutes.
+t.setTimeout(300_000)
+
+t.test('a long unbroken word (a path, a URL) wraps inside the timeline and the error cards', async (t) => {
+  // Before, a classified error's message and recommendations, the monitor's line of it and an
+  // error card ran off the right edge: the timeline scrolled sideways, and the line's #seq and
+  // fork buttons were out of sight.
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  const path = `${'d'.repeat(40)}/${'verylongdirectoryname'.repeat(12)}.txt`
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: `call fs_read {"path": "${path}"}` } })
+  const browser = await launchBrowser(t)
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
+  await page.goto(`${base}/console`)
+  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+  await page.locator('.item.done').waitFor()
+  await page.locator('.item.tool .classified').scrollIntoViewIfNeeded()
+
+  const timeline = await page.$eval('#timeline', (node) => ({ scrollWidth: node.scrollWidth, clientWidth: node.clientWidth }))
+  t.ok(timeline.scrollWidth <= timeline.clientWidth, `the timeline does not scroll sideways (scrollWidth ${timeline.scrollWidth}, clientWidth ${timeline.clientWidth})`)
+  const outside = await page.$$eval('#timeline .item-tools button', (buttons, right) =>
+    buttons.filter((button) => button.getBoundingClientRect().right > right).map((button) => button.textContent), 1280)
+  t.same(outside, [], 'every #seq and fork button is on screen')
+
+  // An error card whose message holds the long path.
+  await page.fill('#message', 'x')
+  await page.route('**/v1/sessions/*/messages', (route) => route.fulfill({
+    status: 409, contentType: 'application/json', body: JSON.stringify({ error: { code: 'SESSION_BUSY', message: `busy with ${path}`, requestId: 'req_1' } })
+  }))
+  await page.click('#send')
+  const card = page.locator('.error-card')
+  await card.waitFor()
+  const overflow = await card.evaluate((node) => node.scrollWidth - node.clientWidth)
+  t.equal(overflow, 0, 'the error card holds its message')
+  await page.locator('.item.tool .classified').scrollIntoViewIfNeeded()
+  await page.screenshot({ path: join(tmpdir(), `agentd-console-long-text-${process.pid}.png`) })
+})
