@@ -62,7 +62,9 @@ function showError(err) {
     el('div', {}, envelope.message),
     envelope.details ? el('pre', { class: 'small' }, JSON.stringify(envelope.details, null, 2)) : null,
     envelope.requestId ? el('div', { class: 'muted small' }, 'request ', copyable(envelope.requestId)) : null)
-  $('errors').prepend(box)
+  // A modal dialog covers the page and takes every click: its own failures show in it.
+  const host = $('new-dialog').open ? $('new-errors') : $('errors')
+  host.prepend(box)
   if (err instanceof ApiFailure && err.status === 401) $('api-key').focus()
 }
 
@@ -161,6 +163,7 @@ async function openNewDialog() {
         el('input', { type: 'checkbox', name: 'use', value: tool.name, checked: tool.name.startsWith('fs_') }), ' ',
         el('span', { class: 'mono' }, tool.name)),
       el('label', { class: 'small muted' }, el('input', { type: 'checkbox', name: 'ask', value: tool.name }), ' ask'))))
+  $('new-errors').replaceChildren()
   $('new-dialog').showModal()
 }
 
