@@ -34,6 +34,14 @@ export class ApiFailure extends Error {
   }
 }
 
+/**
+ * How long a followed stream may stay silent before it is taken for dead and reopened: three of
+ * the pings the server sends every 15 s (SPEC 4). A connection that stops carrying anything
+ * without being closed (a NAT that forgot it, a server host that lost power) is never ended by
+ * the system, and would otherwise be read for ever.
+ */
+const STREAM_IDLE_MS = 45_000
+
 /** A failure that retrying the same stream later cannot fix. */
 const isFinal = (err: unknown) => err instanceof ApiFailure && ([400, 401, 403, 404].includes(err.status) || err.body.code === 'INVALID_RESPONSE')
 
@@ -96,15 +104,19 @@ export class AgentdClient {
   /**
    * A session's events live, from after `after`, for as long as the caller iterates. A dropped
    * connection (server restart, network) is reopened with `Last-Event-ID` set to the last seq
-   * received, so no event is missed or repeated; `onReconnect` is told about each attempt.
+   * received, so no event is missed or repeated; `onReconnect` is told about each attempt. So is
+   * a stream that stays silent for `idleMs`, not even a ping coming through.
    */
-  async *follow(sessionId: string, options: { after?: number; signal?: AbortSignal; onReconnect?: (err: unknown) => void; retryMs?: number } = {}): AsyncGenerator<AgentEvent> {
+  async *follow(
+    sessionId: string,
+    options: { after?: number; signal?: AbortSignal; onReconnect?: (err: unknown) => void; retryMs?: number; idleMs?: number } = {}
+  ): AsyncGenerator<AgentEvent> {
     let last = options.after ?? 0
     const retryMs = options.retryMs ?? 1000
     for (;;) {
       let dropped: unknown = new Error('the server ended the stream')
       try {
-        for await (const event of this.#stream(sessionId, last, options.signal)) {
+        for await (const event of this.#stream(sessionId, last, options.idleMs ?? STREAM_IDLE_MS, options.signal)) {
           if (event.seq <= last) continue
           last = event.seq
           yield event
@@ -120,35 +132,53 @@ export class AgentdClient {
     }
   }
 
-  async *#stream(sessionId: string, after: number, signal?: AbortSignal): AsyncGenerator<AgentEvent> {
-    let response: Response
+  async *#stream(sessionId: string, after: number, idleMs: number, signal?: AbortSignal): AsyncGenerator<AgentEvent> {
+    // The request is aborted once the network kept it waiting idleMs, for the answer's head or the
+    // next chunk; the time the caller takes over an event (a question to the user) does not count.
+    const idle = new AbortController()
+    let silence: NodeJS.Timeout | undefined
+    const wait = () => {
+      silence = setTimeout(() => idle.abort(new Error(`nothing received for ${idleMs / 1000} s, not even a ping`)), idleMs)
+    }
+    const heard = () => clearTimeout(silence)
     try {
-      response = await fetch(`${this.baseUrl}/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
-        headers: this.#headers({ accept: 'text/event-stream', 'last-event-id': String(after) }),
-        ...(signal ? { signal } : {})
-      })
-    } catch (err) {
-      throw unreachable(this.baseUrl, err)
-    }
-    if (!response.ok || !response.body) {
-      const body = (await response.json().catch(() => null)) as { error?: ErrorBody } | null
-      throw new ApiFailure(response.status, body?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
-    }
-    if (!response.headers.get('content-type')?.startsWith('text/event-stream')) {
-      await response.body.cancel()
-      throw notAgentd(this.baseUrl, response, 'event stream')
-    }
-    let buffer = ''
-    const decoder = new TextDecoder()
-    for await (const chunk of response.body) {
-      buffer += decoder.decode(chunk, { stream: true }).replaceAll('\r\n', '\n')
-      let end: number
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const frame = buffer.slice(0, end)
-        buffer = buffer.slice(end + 2)
-        const data = frame.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trimStart()).join('\n')
-        if (data) yield JSON.parse(data) as AgentEvent
+      wait()
+      let response: Response
+      try {
+        response = await fetch(`${this.baseUrl}/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
+          headers: this.#headers({ accept: 'text/event-stream', 'last-event-id': String(after) }),
+          signal: signal ? AbortSignal.any([signal, idle.signal]) : idle.signal
+        })
+      } catch (err) {
+        if (idle.signal.aborted) throw idle.signal.reason
+        throw unreachable(this.baseUrl, err)
       }
+      heard()
+      if (!response.ok || !response.body) {
+        const body = (await response.json().catch(() => null)) as { error?: ErrorBody } | null
+        throw new ApiFailure(response.status, body?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
+      }
+      if (!response.headers.get('content-type')?.startsWith('text/event-stream')) {
+        await response.body.cancel()
+        throw notAgentd(this.baseUrl, response, 'event stream')
+      }
+      let buffer = ''
+      const decoder = new TextDecoder()
+      wait()
+      for await (const chunk of response.body) {
+        heard()
+        buffer += decoder.decode(chunk, { stream: true }).replaceAll('\r\n', '\n')
+        let end: number
+        while ((end = buffer.indexOf('\n\n')) >= 0) {
+          const frame = buffer.slice(0, end)
+          buffer = buffer.slice(end + 2)
+          const data = frame.split('\n').filter((line) => line.startsWith('data:')).map((line) => line.slice(5).trimStart()).join('\n')
+          if (data) yield JSON.parse(data) as AgentEvent
+        }
+        wait()
+      }
+    } finally {
+      heard()
     }
   }
 }

@@ -5,12 +5,15 @@ import type { AddressInfo } from 'node:net'
  * A TCP proxy in front of a server (the tests' PostgreSQL), to take the network away from a
  * process: `cut()` closes every connection and refuses new ones (a database that went down),
  * `partition()` keeps the connections open but carries nothing either way (a network that drops
- * packets: nobody is told), and `restore()` undoes either.
+ * packets: nobody is told), and `restore()` undoes either. `drop()` partitions only the
+ * connections open now, for good, and lets new ones through (a NAT that forgot a connection, a
+ * server host that lost power behind a load balancer that sends new connections elsewhere).
  */
 export interface TcpProxy {
   readonly port: number
   cut(): void
   partition(): void
+  drop(): void
   restore(): void
   close(): Promise<void>
 }
@@ -18,6 +21,8 @@ export interface TcpProxy {
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   let mode: 'open' | 'cut' | 'partition' = 'open'
   const pairs = new Set<[Socket, Socket]>()
+  /** Connections drop() took out: never joined again, destroyed by close(). */
+  const dropped = new Set<[Socket, Socket]>()
   const server = createServer((client) => {
     if (mode === 'cut') return client.destroy()
     const upstream = connect(target.port, target.host)
@@ -59,13 +64,20 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       mode = 'partition'
       for (const pair of pairs) split(pair)
     },
+    drop() {
+      for (const pair of pairs) {
+        split(pair)
+        dropped.add(pair)
+      }
+      pairs.clear()
+    },
     restore() {
       if (mode === 'partition') for (const pair of pairs) join(pair)
       mode = 'open'
     },
     async close() {
       mode = 'cut'
-      for (const [client, upstream] of pairs) {
+      for (const [client, upstream] of [...pairs, ...dropped]) {
         client.destroy()
         upstream.destroy()
       }
