@@ -597,13 +597,22 @@ async function fork(current, atSeq) {
 
 // ---------------------------------------------------------------- composer
 
+/** True while a message is on its way: the box is emptied only once it is accepted. */
+let sending = false
+
 async function send(event) {
   event.preventDefault()
   const content = $('message').value
-  if (!content.trim() || !view) return
-  const answer = await api('POST', `/v1/sessions/${encodeURIComponent(view.session.id)}/messages`, { content, onBusy: $('on-busy').value })
-  view.prompts.set(answer.run.id, content)
-  $('message').value = ''
+  // Another Enter before the answer would send the same text again.
+  if (!content.trim() || !view || sending) return
+  sending = true
+  try {
+    const answer = await api('POST', `/v1/sessions/${encodeURIComponent(view.session.id)}/messages`, { content, onBusy: $('on-busy').value })
+    view.prompts.set(answer.run.id, content)
+    $('message').value = ''
+  } finally {
+    sending = false
+  }
 }
 
 async function interrupt() {

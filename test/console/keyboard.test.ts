@@ -46,3 +46,30 @@ t.test('Enter in the message box', async (t) => {
     t.same(problems, [], 'no script error and nothing refused by the CSP')
   })
 })
+
+t.test('Enter pressed twice while the first send is on its way sends the message once', async (t) => {
+  // Before, each Enter posted the box's content until the first answer emptied it: a second
+  // Enter on a slow network sent the message again (refused as SESSION_BUSY, or run twice with enqueue).
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const browser = await launchBrowser(t)
+  const page = await browser.newPage()
+  await page.goto(`${base}/console`)
+  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await page.route(`**/v1/sessions/${session.id}/messages`, async (route) => {
+    await new Promise((resolve) => setTimeout(resolve, 500))
+    await route.continue()
+  })
+  await page.selectOption('#on-busy', 'enqueue')
+  await page.fill('#message', 'only once')
+  await page.press('#message', 'Enter')
+  await page.press('#message', 'Enter')
+  await page.locator('.item.done').first().waitFor()
+  await page.waitForTimeout(1000)
+  const sent = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
+    .filter((m: { role: string }) => m.role === 'user').map((m: { content: string }) => m.content)
+  t.same(sent, ['only once'])
+  t.equal(await page.locator('.error-card').count(), 0, 'and no error')
+})
