@@ -6,6 +6,12 @@ const $ = (id) => document.getElementById(id)
 const KEY_STORE = 'agentd.apiKey'
 const OPEN_STORE = 'agentd.openSession'
 const RECONNECT_MS = 2000
+/**
+ * A stream silent this long, three of the pings the server sends every 15 s missed, is taken for
+ * dead and reopened: a connection that stops carrying anything without being closed (a NAT that
+ * forgot it, a server host that lost power) is never ended by the browser.
+ */
+const STREAM_IDLE_MS = 45_000
 /** Stored events read per request when a session opens (the most the API gives at once). */
 const EVENT_PAGE = 1000
 
@@ -265,6 +271,8 @@ async function follow(current) {
   const { signal } = current.stream
   const id = encodeURIComponent(current.session.id)
   let refusedWith = null
+  /** Gives the stream up when it stays silent (see STREAM_IDLE_MS); every chunk read restarts it. */
+  let silence
   while (!signal.aborted) {
     try {
       setBadge($('stream-status'), current.lastSeq === 0 ? 'loading' : 'catching up')
@@ -282,9 +290,15 @@ async function follow(current) {
       }
       // Once for all the runs that ended while it was away (each `done` read live refreshes it).
       refreshSession(current)
+      const connection = new AbortController()
+      const heard = () => {
+        clearTimeout(silence)
+        silence = setTimeout(() => connection.abort(), STREAM_IDLE_MS)
+      }
+      heard()
       const response = await fetch(`/v1/sessions/${id}/events`, {
         headers: { accept: 'text/event-stream', 'last-event-id': String(current.lastSeq), ...authHeaders() },
-        signal
+        signal: AbortSignal.any([signal, connection.signal])
       })
       if (!response.ok) {
         const failure = new ApiFailure(response.status, (await response.json().catch(() => null))?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
@@ -295,7 +309,7 @@ async function follow(current) {
       } else {
         refusedWith = null
         setBadge($('stream-status'), 'live')
-        await readSse(response.body, signal, (event) => receive(current, event))
+        await readSse(response.body, AbortSignal.any([signal, connection.signal]), (event) => receive(current, event), heard)
       }
     } catch (err) {
       if (signal.aborted) return
@@ -304,6 +318,8 @@ async function follow(current) {
         showError(err)
         return
       }
+    } finally {
+      clearTimeout(silence)
     }
     if (signal.aborted) return
     setBadge($('stream-status'), 'reconnecting')
@@ -311,14 +327,15 @@ async function follow(current) {
   }
 }
 
-/** Parses an SSE body into events (the `data:` of each frame is the event as JSON). */
-async function readSse(body, signal, onEvent) {
+/** Parses an SSE body into events (the `data:` of each frame is the event as JSON); `heard` is told of every chunk, pings included. */
+async function readSse(body, signal, onEvent, heard) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader()
   signal.addEventListener('abort', () => reader.cancel().catch(() => {}), { once: true })
   let buffer = ''
   for (;;) {
     const { value, done } = await reader.read()
     if (done) return
+    heard()
     buffer += value.replaceAll('\r\n', '\n')
     let end
     while ((end = buffer.indexOf('\n\n')) >= 0) {
