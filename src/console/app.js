@@ -565,14 +565,27 @@ function classifiedError(error) {
     error.recommendations?.length ? el('ul', { class: 'recommendations' }, error.recommendations.map((r) => el('li', {}, r))) : null)
 }
 
+/**
+ * Runs `post` with `buttons` disabled: a call takes one answer, and a second click (a double
+ * click, or a click while the first is on its way) would be refused with 409 NOT_AWAITING.
+ * They come back only when the answer failed, to try again.
+ */
+async function answering(buttons, post) {
+  for (const button of buttons) button.disabled = true
+  try {
+    await post()
+  } catch (err) {
+    for (const button of buttons) button.disabled = false
+    throw err
+  }
+}
+
 function approvalButtons(current, call) {
-  const decide = (decision) => guarded(async () => {
-    await api('POST', `/v1/sessions/${encodeURIComponent(current.session.id)}/approvals/${encodeURIComponent(call.id)}`, { decision })
-  })
-  return el('div', { class: 'approval' },
-    el('span', { class: 'strong' }, 'Waiting for approval '),
-    el('button', { class: 'primary allow', onclick: decide('allow') }, 'Allow'),
-    el('button', { class: 'danger deny', onclick: decide('deny') }, 'Deny'))
+  const decide = (decision) => guarded(() => answering([allow, deny], () =>
+    api('POST', `/v1/sessions/${encodeURIComponent(current.session.id)}/approvals/${encodeURIComponent(call.id)}`, { decision })))
+  const allow = el('button', { class: 'primary allow', onclick: decide('allow') }, 'Allow')
+  const deny = el('button', { class: 'danger deny', onclick: decide('deny') }, 'Deny')
+  return el('div', { class: 'approval' }, el('span', { class: 'strong' }, 'Waiting for approval '), allow, deny)
 }
 
 function resultForm(current, call) {
@@ -589,14 +602,15 @@ function resultForm(current, call) {
         body = { output: text }
       }
     }
-    await api('POST', `/v1/sessions/${encodeURIComponent(current.session.id)}/tool-results/${encodeURIComponent(call.id)}`, body)
+    await answering([send, fail], () =>
+      api('POST', `/v1/sessions/${encodeURIComponent(current.session.id)}/tool-results/${encodeURIComponent(call.id)}`, body))
   })
+  const send = el('button', { type: 'submit', class: 'primary send-result' }, 'Send result')
+  const fail = el('button', { type: 'button', class: 'danger', onclick: submit(true) }, 'Send as error')
   return el('form', { class: 'client-form', onsubmit: submit(false) },
     el('div', { class: 'strong' }, `Your answer for ${call.name}`),
     output,
-    el('div', {},
-      el('button', { type: 'submit', class: 'primary send-result' }, 'Send result'), ' ',
-      el('button', { type: 'button', class: 'danger', onclick: submit(true) }, 'Send as error')))
+    el('div', {}, send, ' ', fail))
 }
 
 async function refreshSession(current) {
