@@ -64,6 +64,22 @@ function serviceUrl(from: string, value: string): string {
   return value
 }
 
+/**
+ * The API key, checked here: one copied with a curly quote or a line break in it made fetch fail
+ * before sending, reported as a service that cannot be reached, with the key in the message.
+ * Headers carry bytes (U+0000 to U+00FF) but NUL, CR and LF; what surrounds the key is trimmed.
+ */
+function apiKey(from: string, value: string | undefined): string | undefined {
+  if (!value) return undefined
+  const trimmed = value.trim()
+  const bad = /[\0\r\n]|[^\0-\xff]/u.exec(trimmed)
+  if (bad) {
+    const code = (bad[0].codePointAt(0) ?? 0).toString(16).toUpperCase().padStart(4, '0')
+    throw new UsageError(`${from} holds a character an HTTP header cannot carry (U+${code} at position ${bad.index + 1}): was it copied with a curly quote or a line break?`)
+  }
+  return trimmed
+}
+
 /** A comma list of names. */
 const names = (list: string) => list.split(',').map((name) => name.trim()).filter(Boolean)
 
@@ -114,7 +130,8 @@ export async function main(argv: string[]): Promise<number | undefined> {
 
   try {
     const url = values.url !== undefined ? serviceUrl('--url', values.url) : serviceUrl('AGENTD_URL', process.env.AGENTD_URL || 'http://127.0.0.1:3000')
-    const client = new AgentdClient(url, values.key ?? process.env.AGENTD_API_KEY)
+    const key = values.key !== undefined ? apiKey('--key', values.key) : apiKey('AGENTD_API_KEY', process.env.AGENTD_API_KEY)
+    const client = new AgentdClient(url, key)
     switch (command) {
       case 'chat':
         // The API cannot change an existing session's tools or approval: ignoring these with

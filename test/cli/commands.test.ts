@@ -79,6 +79,18 @@ t.test('agentd sessions and events', async (t) => {
     t.match(byEnv.stderr, 'agentd: AGENTD_URL must be an http:// or https:// URL such as http://127.0.0.1:3000, not "localhost:3000"')
   })
 
+  t.test('an API key a header cannot carry is a command line mistake, named but not shown', async (t) => {
+    // Before: "UNREACHABLE: cannot reach http://… (Cannot convert argument to a ByteString …)",
+    // exit 1, of a service that was up, for a key copied with a curly quote or a line break in it.
+    const byFlag = await agentd(['sessions', '--key', 'secret’key-0123456789'], { env })
+    t.equal(byFlag.code, 2)
+    t.equal(byFlag.stderr.split('\n')[0], 'agentd: --key holds a character an HTTP header cannot carry (U+2019 at position 7): was it copied with a curly quote or a line break?')
+    const byEnv = await agentd(['sessions'], { env: { ...env, AGENTD_API_KEY: 'secret\nkey-0123456789' } })
+    t.equal(byEnv.code, 2)
+    t.match(byEnv.stderr, 'agentd: AGENTD_API_KEY holds a character an HTTP header cannot carry (U+000A at position 7)')
+    t.notMatch(byFlag.stderr + byEnv.stderr, 'secret', 'the key is not printed')
+  })
+
   t.test('a URL where something else than agentd answers (a web app\'s dev server) is said so, exit 1', async (t) => {
     // Before: "agentd: Cannot read properties of null (reading 'data')", and `events --follow`
     // reconnected for ever to a page that was no event stream.
