@@ -658,6 +658,13 @@ function start() {
   $('key-form').addEventListener('submit', guarded(async (event) => {
     event.preventDefault()
     const key = $('api-key').value.trim()
+    // fetch refuses such a key before sending, as a failure of the network; the password field
+    // hides the curly quote that was pasted with it.
+    const bad = /[^\0-\xff]/u.exec(key)
+    if (bad) {
+      const code = bad[0].codePointAt(0).toString(16).toUpperCase().padStart(4, '0')
+      throw new ApiFailure(0, { code: 'INVALID_KEY', message: `The key holds a character an HTTP header cannot carry (U+${code} at position ${bad.index + 1}): was it copied with a curly quote?` })
+    }
     if (key) sessionStorage.setItem(KEY_STORE, key)
     else sessionStorage.removeItem(KEY_STORE)
     $('errors').replaceChildren()
