@@ -128,8 +128,12 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
   /** Streams one run's events until its `done`; the stream resumes by itself after a drop. */
   async function follow(runId: string, after: number): Promise<void> {
     let midLine = false
+    /** A CR that ended the last chunk of text: the next one may start with the LF of its CRLF. */
+    let heldCr = false
     let tokens = 0
     const endLine = () => {
+      if (heldCr) out.write(printable('\r'))
+      heldCr = false
       if (midLine) out.write('\n')
       midLine = false
     }
@@ -148,11 +152,15 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
       const { data } = event
       const call = data.call as { id: string; name: string; input: unknown; state: string; durationMs?: number } | undefined
       switch (event.type) {
-        case 'text_chunk':
+        case 'text_chunk': {
           spinner.stop()
-          out.write(printable(data.delta))
+          // printable() makes a CRLF a newline; one split over two chunks is one too.
+          const text: string = `${heldCr ? '\r' : ''}${data.delta}`
+          heldCr = text.endsWith('\r')
+          out.write(printable(heldCr ? text.slice(0, -1) : text))
           midLine = true
           break
+        }
         case 'think_chunk_start':
           endLine()
           say(dim('(thinking…)'))

@@ -81,6 +81,15 @@ t.test('agentd chat', async (t) => {
     t.notMatch(events.stdout, /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]/, 'nor from agentd events')
   })
 
+  t.test('a CRLF that the model streams in two chunks is a newline too', async (t) => {
+    // Before, the CR that ended one chunk was printed as "\u000d" at the end of the line.
+    devModel.script({ text: 'one\r\ntwo\r\nthree', chunks: 14 })
+    const run = await agentd(['chat'], { env, input: 'lines please\n' })
+    t.equal(run.code, 0, run.stderr)
+    t.match(run.stdout, 'one\ntwo\nthree')
+    t.notMatch(run.stdout, '\\u000d')
+  })
+
   t.test('chat answers a client tool from stdin', async (t) => {
     const session = await create({ tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] })
     const run = await agentd(['chat', '--session', session.id], { env, input: 'call pick_colour {}\n{"colour": "green"}\n' })
