@@ -26,7 +26,10 @@ export function printable(text: string): string {
 /** One printable line of at most `max` characters. */
 export function short(value: unknown, max = 120): string {
   const text = printable(typeof value === 'string' ? value : JSON.stringify(value) ?? String(value)).replaceAll(/\s*\n\s*/g, ' ')
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text
+  if (text.length <= max) return text
+  // Not between the two halves of a surrogate pair (an emoji): a lone half prints as "�".
+  const cut = text.slice(0, max - 1)
+  return `${/[\ud800-\udbff]$/.test(cut) ? cut.slice(0, -1) : cut}…`
 }
 
 /** The parts of a classified error (SPEC 5.1) a person acts on, on one printable line. */

@@ -90,6 +90,15 @@ t.test('agentd chat', async (t) => {
     t.notMatch(run.stdout, '\\u000d')
   })
 
+  t.test('a tool input cut short is not cut inside a character', async (t) => {
+    // Before, the cut at 120 UTF-16 units could split an emoji's surrogate pair: "�…" was shown.
+    devModel.script({ toolCalls: [{ name: 'fs_list', arguments: { path: `a${'😀'.repeat(80)}` } }] }, { text: 'listed' })
+    const run = await agentd(['chat'], { env, input: 'list it\n' })
+    t.equal(run.code, 0, run.stderr)
+    t.match(run.stdout, `⚙ fs_list {"path":"a${'😀'.repeat(54)}…`)
+    t.notMatch(run.stdout, '\ufffd', 'no replacement character')
+  })
+
   t.test('chat answers a client tool from stdin', async (t) => {
     const session = await create({ tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] })
     const run = await agentd(['chat', '--session', session.id], { env, input: 'call pick_colour {}\n{"colour": "green"}\n' })
