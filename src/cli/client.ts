@@ -104,8 +104,9 @@ export class AgentdClient {
   /**
    * A session's events live, from after `after`, for as long as the caller iterates. A dropped
    * connection (server restart, network) is reopened with `Last-Event-ID` set to the last seq
-   * received, so no event is missed or repeated; `onReconnect` is told about each attempt. So is
-   * a stream that stays silent for `idleMs`, not even a ping coming through.
+   * received, so no event is missed or repeated. So is a stream that stays silent for `idleMs`,
+   * not even a ping coming through. `onReconnect` is told of each drop, once: not again at every
+   * attempt while the server stays away, only after a stream has opened again.
    */
   async *follow(
     sessionId: string,
@@ -113,10 +114,14 @@ export class AgentdClient {
   ): AsyncGenerator<AgentEvent> {
     let last = options.after ?? 0
     const retryMs = options.retryMs ?? 1000
+    let told = false
+    const opened = () => {
+      told = false
+    }
     for (;;) {
       let dropped: unknown = new Error('the server ended the stream')
       try {
-        for await (const event of this.#stream(sessionId, last, options.idleMs ?? STREAM_IDLE_MS, options.signal)) {
+        for await (const event of this.#stream(sessionId, last, options.idleMs ?? STREAM_IDLE_MS, opened, options.signal)) {
           if (event.seq <= last) continue
           last = event.seq
           yield event
@@ -127,12 +132,14 @@ export class AgentdClient {
         dropped = err
       }
       if (options.signal?.aborted) return
-      options.onReconnect?.(dropped)
+      if (!told) options.onReconnect?.(dropped)
+      told = true
       await delay(retryMs, undefined, options.signal ? { signal: options.signal } : {}).catch(() => {})
     }
   }
 
-  async *#stream(sessionId: string, after: number, idleMs: number, signal?: AbortSignal): AsyncGenerator<AgentEvent> {
+  /** One connection's events; `opened` is called once the server has accepted the stream. */
+  async *#stream(sessionId: string, after: number, idleMs: number, opened: () => void, signal?: AbortSignal): AsyncGenerator<AgentEvent> {
     // The request is aborted once the network kept it waiting idleMs, for the answer's head or the
     // next chunk; the time the caller takes over an event (a question to the user) does not count.
     const idle = new AbortController()
@@ -162,6 +169,7 @@ export class AgentdClient {
         await response.body.cancel()
         throw notAgentd(this.baseUrl, response, 'event stream')
       }
+      opened()
       let buffer = ''
       const decoder = new TextDecoder()
       wait()

@@ -5,6 +5,7 @@ import t from 'tap'
 import { buildTestApp, listen, tempDir } from '../helpers/app.ts'
 import { agentd, BIN } from '../helpers/cli.ts'
 import { until } from '../helpers/server-process.ts'
+import { startTcpProxy } from '../helpers/tcp-proxy.ts'
 
 // Every test here runs agentd as a child process: on a busy 2-core machine the file takes minutes.
 t.setTimeout(300_000)
@@ -128,4 +129,27 @@ t.test('agentd serve runs the service, console included, and drains on SIGTERM',
   t.match(await page.text(), '<title>agentd console</title>')
   child.kill('SIGTERM')
   t.equal(await exited, 0, 'a clean exit after draining')
+})
+
+t.test('events --follow says once that the connection was lost, not at every attempt while the service is away', async (t) => {
+  // Before, a line a second for as long as the service was down.
+  const { app } = await buildTestApp(t)
+  const target = new URL(await listen(app))
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port) })
+  t.teardown(() => proxy.close())
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const child = spawn(process.execPath, [BIN, 'events', session.id, '--follow', '--url', `http://127.0.0.1:${proxy.port}`], { env: { PATH: process.env.PATH ?? '' } })
+  t.teardown(() => child.kill())
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk) => (stdout += chunk))
+  child.stderr.on('data', (chunk) => (stderr += chunk))
+  await until(async () => app.streams.count > 0, 10_000, 'the follow stream')
+  proxy.cut()
+  await new Promise((resolve) => setTimeout(resolve, 3500))
+  proxy.restore()
+  await until(async () => app.streams.count > 0, 10_000, 'the stream opened again')
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'after the outage' } })
+  await until(async () => stdout.includes('You said: after the outage'), 10_000, 'the run after the outage')
+  t.equal(stderr.split('(connection lost').length - 1, 1, `one line for the outage:\n${stderr}`)
 })
