@@ -83,14 +83,26 @@ function apiKey(from: string, value: string | undefined): string | undefined {
 /** A comma list of names. */
 const names = (list: string) => list.split(',').map((name) => name.trim()).filter(Boolean)
 
-async function listSessions(client: AgentdClient, limit: number | undefined, json: boolean): Promise<void> {
-  const page = await client.request<{ data: Array<Record<string, any>>; nextCursor: string | null }>('GET', `/v1/sessions?limit=${limit ?? 20}`)
-  for (const session of page.data) {
-    if (json) process.stdout.write(`${JSON.stringify(session)}\n`)
-    else process.stdout.write(`${printable(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens`)}\n`)
-  }
-  if (!json && page.data.length === 0) process.stdout.write(paint('dim', 'no sessions\n'))
-  if (!json && page.nextCursor) process.stdout.write(paint('dim', `(more: --limit ${Math.min(100, (limit ?? 20) * 2)})\n`))
+/** The most sessions the API gives in one page. */
+const SESSION_PAGE = 100
+
+/** The newest `limit` sessions, read a page at a time: --limit is how many to list, not a page size. */
+async function listSessions(client: AgentdClient, limit: number, json: boolean): Promise<void> {
+  let shown = 0
+  let cursor: string | null = null
+  do {
+    const query = new URLSearchParams({ limit: String(Math.min(SESSION_PAGE, limit - shown)) })
+    if (cursor) query.set('cursor', cursor)
+    const page: { data: Array<Record<string, any>>; nextCursor: string | null } = await client.request('GET', `/v1/sessions?${query}`)
+    for (const session of page.data) {
+      if (json) process.stdout.write(`${JSON.stringify(session)}\n`)
+      else process.stdout.write(`${printable(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens`)}\n`)
+    }
+    shown += page.data.length
+    cursor = page.nextCursor
+  } while (cursor && shown < limit)
+  if (!json && shown === 0) process.stdout.write(paint('dim', 'no sessions\n'))
+  if (!json && cursor) process.stdout.write(paint('dim', `(more: --limit ${limit * 2})\n`))
 }
 
 async function printEvents(client: AgentdClient, sessionId: string, options: { follow: boolean; json: boolean; after: number }): Promise<void> {
@@ -153,7 +165,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
         })
       case 'sessions': {
         const [action = 'ls', ...ids] = rest
-        if (action === 'ls') await listSessions(client, count('limit', values.limit), values.json === true)
+        if (action === 'ls') await listSessions(client, count('limit', values.limit) ?? 20, values.json === true)
         else if (action === 'rm') {
           if (ids.length === 0) throw new UsageError('sessions rm needs at least one session id')
           for (const id of ids) {

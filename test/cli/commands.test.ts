@@ -153,3 +153,20 @@ t.test('events --follow says once that the connection was lost, not at every att
   await until(async () => stdout.includes('You said: after the outage'), 10_000, 'the run after the outage')
   t.equal(stderr.split('(connection lost').length - 1, 1, `one line for the outage:\n${stderr}`)
 })
+
+t.test('sessions --limit above a page (100) reads the pages it needs, and the hint for more is one that shows more', async (t) => {
+  // Before, past 100 sessions the hint was "(more: --limit 100)" after `--limit 100`, and
+  // `--limit 200` was refused by the API: the older sessions could not be listed.
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const ids: string[] = []
+  for (let i = 0; i < 105; i++) ids.push((await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json().id)
+  const hundred = await agentd(['sessions', '--limit', '100'], { env: { AGENTD_URL: base } })
+  t.equal(hundred.code, 0, hundred.stderr)
+  t.equal(hundred.stdout.split('\n').filter((line) => line.startsWith('ses_')).length, 100)
+  t.match(hundred.stdout, '(more: --limit 200)')
+  const all = await agentd(['sessions', '--limit', '200'], { env: { AGENTD_URL: base } })
+  t.equal(all.code, 0, all.stderr)
+  t.same(all.stdout.split('\n').filter((line) => line.startsWith('ses_')).map((line) => line.split(' ')[0]), ids.toReversed(), 'all of them, newest first')
+  t.notMatch(all.stdout, '(more', 'no hint when all are shown')
+})
