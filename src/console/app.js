@@ -695,7 +695,13 @@ function start() {
   guarded(async () => {
     await loadSessions()
     const open = sessionStorage.getItem(OPEN_STORE)
-    if (open) await openSession(open)
+    if (open) {
+      await openSession(open).catch((err) => {
+        // Deleted since (by another client): said once, not at every reload of the tab.
+        if (err instanceof ApiFailure && err.status === 404) sessionStorage.removeItem(OPEN_STORE)
+        throw err
+      })
+    }
   })()
 }
 

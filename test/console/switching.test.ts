@@ -61,3 +61,24 @@ t.test('a session that cannot be opened (deleted elsewhere) leaves the open one 
   t.equal(await answer.count(), 1, 'the open session goes on showing its events')
   t.equal(await page.textContent('#session-id code'), open)
 })
+
+t.test('the session a tab had open, deleted since, is forgotten after the reload that says so', async (t) => {
+  // Before, the tab kept its ID: every reload, for as long as the tab lived, began with a
+  // SESSION_NOT_FOUND card.
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const browser = await launchBrowser(t)
+  const page = await browser.newPage()
+  await page.goto(`${base}/console`)
+  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })
+
+  await page.reload()
+  await page.locator('.error-card', { hasText: 'SESSION_NOT_FOUND' }).waitFor()
+  await page.reload()
+  await page.locator('#empty').waitFor()
+  await page.waitForTimeout(1000)
+  t.equal(await page.locator('.error-card').count(), 0, 'the next reload starts clean')
+})
