@@ -648,7 +648,13 @@ async function send(event) {
 
 async function interrupt() {
   if (!view) return
-  await api('POST', `/v1/sessions/${encodeURIComponent(view.session.id)}/interrupt`)
+  // Disabled until the run has stopped (the answer waits for it): a second click would find none.
+  $('interrupt').disabled = true
+  try {
+    await api('POST', `/v1/sessions/${encodeURIComponent(view.session.id)}/interrupt`)
+  } finally {
+    $('interrupt').disabled = false
+  }
 }
 
 // ---------------------------------------------------------------- start

@@ -45,3 +45,28 @@ t.test('a double click on Allow or on Send result answers once, without an error
   t.equal(tools.length, 2)
   t.match(tools[1], 'green')
 })
+
+t.test('a double click on Interrupt interrupts once, without an error', async (t) => {
+  // Before, the second click asked again while the first was waiting for the run to stop: a
+  // NO_ACTIVE_RUN card under the interrupted run.
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const browser = await launchBrowser(t)
+  const page = await browser.newPage()
+  await page.goto(`${base}/console`)
+  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  devModel.script({ hang: true })
+  await page.fill('#message', 'this one hangs')
+  await page.press('#message', 'Enter')
+  await page.locator('#session-status', { hasText: 'running' }).waitFor()
+  await page.route('**/v1/sessions/*/interrupt', async (route) => {
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    await route.continue()
+  })
+  await page.locator('#interrupt').dblclick()
+  await page.locator('.item.done', { hasText: 'interrupted' }).waitFor()
+  await page.waitForTimeout(1000)
+  t.same(await page.locator('.error-card').allTextContents(), [], 'no error')
+})
