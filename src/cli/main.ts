@@ -80,6 +80,11 @@ function apiKey(from: string, value: string | undefined): string | undefined {
   return trimmed
 }
 
+/** Words past what a command takes are a mistake, not dropped: `agentd chat "hello"` sent nothing. */
+function noMoreWords(command: string, words: string[], hint = ''): void {
+  if (words.length > 0) throw new UsageError(`${command} takes no words after it (${words.map((word) => JSON.stringify(word)).join(' ')})${hint}`)
+}
+
 /** A comma list of names. */
 const names = (list: string) => list.split(',').map((name) => name.trim()).filter(Boolean)
 
@@ -146,6 +151,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
     const client = new AgentdClient(url, key)
     switch (command) {
       case 'chat':
+        noMoreWords('chat', rest, ': it reads the messages from stdin, one a line')
         // The API cannot change an existing session's tools or approval: ignoring these with
         // --session would chat on under the session's own approval, tools running unasked.
         for (const name of ['tools', 'approval', 'ask'] as const) {
@@ -165,8 +171,10 @@ export async function main(argv: string[]): Promise<number | undefined> {
         })
       case 'sessions': {
         const [action = 'ls', ...ids] = rest
-        if (action === 'ls') await listSessions(client, count('limit', values.limit) ?? 20, values.json === true)
-        else if (action === 'rm') {
+        if (action === 'ls') {
+          noMoreWords('sessions ls', ids)
+          await listSessions(client, count('limit', values.limit) ?? 20, values.json === true)
+        } else if (action === 'rm') {
           if (ids.length === 0) throw new UsageError('sessions rm needs at least one session id')
           for (const id of ids) {
             await client.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`)
@@ -178,6 +186,7 @@ export async function main(argv: string[]): Promise<number | undefined> {
       case 'events': {
         const [sessionId] = rest
         if (!sessionId) throw new UsageError('events needs a session id')
+        if (rest.length > 1) throw new UsageError(`events takes one session id, not ${rest.length}`)
         await printEvents(client, sessionId, { follow: values.follow === true, json: values.json === true, after: count('after', values.after) ?? 0 })
         return 0
       }

@@ -62,6 +62,17 @@ t.test('agentd sessions and events', async (t) => {
     const badFlag = await agentd(['chat', '--approval', 'sometimes'], { env })
     t.equal(badFlag.code, 2)
     t.match(badFlag.stderr, '--approval must be one of auto, always')
+    // Before, words past what a command takes were dropped: `agentd chat "hello"` started a
+    // session and sent nothing.
+    const message = await agentd(['chat', 'what is 2+2?'], { env })
+    t.equal(message.code, 2)
+    t.match(message.stderr, 'agentd: chat takes no words after it ("what is 2+2?"): it reads the messages from stdin, one a line')
+    const listed = await agentd(['sessions', 'ls', 'ses_x'], { env })
+    t.equal(listed.code, 2)
+    t.match(listed.stderr, 'agentd: sessions ls takes no words after it ("ses_x")')
+    const events = await agentd(['events', 'ses_a', 'ses_b'], { env })
+    t.equal(events.code, 2)
+    t.match(events.stderr, 'agentd: events takes one session id, not 2')
     const help = await agentd(['--help'], { env })
     t.equal(help.code, 0)
     t.match(help.stdout, 'agentd <command>')
