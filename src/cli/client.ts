@@ -43,7 +43,8 @@ export class ApiFailure extends Error {
 const STREAM_IDLE_MS = 45_000
 
 /** A failure that retrying the same stream later cannot fix. */
-const isFinal = (err: unknown) => err instanceof ApiFailure && ([400, 401, 403, 404].includes(err.status) || err.body.code === 'INVALID_RESPONSE')
+const isFinal = (err: unknown) =>
+  err instanceof ApiFailure && ([400, 401, 403, 404].includes(err.status) || ['INVALID_RESPONSE', 'REDIRECTED'].includes(err.body.code))
 
 /**
  * A success that is not agentd's answer: the URL leads to something else (port 3000 is also a web
@@ -54,6 +55,19 @@ function notAgentd(baseUrl: string, response: Response, wanted: string): ApiFail
   const type = response.headers.get('content-type')?.split(';')[0] || 'no content type'
   return new ApiFailure(response.status, { code: 'INVALID_RESPONSE', message: `${baseUrl} answered with ${type}, not the ${wanted} of agentd's API: is it an agentd server?` })
 }
+
+/**
+ * A redirect (a proxy sending http to https) is not followed but reported with the address to
+ * use: fetch would turn the POST that creates a session into a GET of the session list, and drop
+ * the API key on the way to another origin.
+ */
+function redirected(baseUrl: string, response: Response, path: string): ApiFailure {
+  const location = response.headers.get('location') ?? ''
+  const target = location.endsWith(path) ? location.slice(0, -path.length) : location
+  return new ApiFailure(response.status, { code: 'REDIRECTED', message: `${baseUrl} sends requests to ${target || 'another address'}: give that address to --url` })
+}
+
+const isRedirect = (response: Response) => response.status >= 300 && response.status < 400
 
 /** The HTTP API of one agentd server, as any client sees it: the CLI uses nothing else. */
 export class AgentdClient {
@@ -74,10 +88,11 @@ export class AgentdClient {
     const headers = this.#headers({ accept: 'application/json', ...(body === undefined ? {} : { 'content-type': 'application/json' }) })
     let response: Response
     try {
-      response = await fetch(this.baseUrl + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
+      response = await fetch(this.baseUrl + path, { method, headers, redirect: 'manual', ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
     } catch (err) {
       throw unreachable(this.baseUrl, err)
     }
+    if (isRedirect(response)) throw redirected(this.baseUrl, response, path)
     if (response.status === 204) return null as T
     const text = await response.text()
     let parsed: any = null
@@ -142,6 +157,7 @@ export class AgentdClient {
   async *#stream(sessionId: string, after: number, idleMs: number, opened: () => void, signal?: AbortSignal): AsyncGenerator<AgentEvent> {
     // The request is aborted once the network kept it waiting idleMs, for the answer's head or the
     // next chunk; the time the caller takes over an event (a question to the user) does not count.
+    const path = `/v1/sessions/${encodeURIComponent(sessionId)}/events`
     const idle = new AbortController()
     let silence: NodeJS.Timeout | undefined
     const wait = () => {
@@ -152,8 +168,9 @@ export class AgentdClient {
       wait()
       let response: Response
       try {
-        response = await fetch(`${this.baseUrl}/v1/sessions/${encodeURIComponent(sessionId)}/events`, {
+        response = await fetch(`${this.baseUrl}${path}`, {
           headers: this.#headers({ accept: 'text/event-stream', 'last-event-id': String(after) }),
+          redirect: 'manual',
           signal: signal ? AbortSignal.any([signal, idle.signal]) : idle.signal
         })
       } catch (err) {
@@ -161,6 +178,7 @@ export class AgentdClient {
         throw unreachable(this.baseUrl, err)
       }
       heard()
+      if (isRedirect(response)) throw redirected(this.baseUrl, response, path)
       if (!response.ok || !response.body) {
         const body = (await response.json().catch(() => null)) as { error?: ErrorBody } | null
         throw new ApiFailure(response.status, body?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })

@@ -117,6 +117,21 @@ t.test('agentd sessions and events', async (t) => {
     }
   })
 
+  t.test('a URL that redirects (http to https) is said so with the address to use, exit 1', async (t) => {
+    // Before, fetch followed the redirect and turned the POST that creates a session into a GET
+    // of the session list: "session undefined", then SESSION_NOT_FOUND "No session undefined".
+    const redirector = createServer((request, response) => response.writeHead(301, { location: `${base}${request.url}` }).end())
+    await new Promise<void>((resolve) => redirector.listen(0, '127.0.0.1', resolve))
+    t.teardown(() => redirector.close())
+    const url = `http://127.0.0.1:${(redirector.address() as AddressInfo).port}`
+    for (const args of [['chat'], ['sessions'], ['events', 'ses_x', '--follow']]) {
+      const run = await agentd([...args, '--url', url], { env, input: 'hello\n', timeoutMs: 10_000 })
+      t.equal(run.code, 1, args.join(' '))
+      t.match(run.stderr, `agentd: REDIRECTED (HTTP 301): ${url} sends requests to ${base}: give that address to --url\n`)
+      t.notMatch(run.stdout, 'undefined')
+    }
+  })
+
   t.test('an unreachable service is one line, exit 1', async (t) => {
     const run = await agentd(['sessions', '--url', 'http://127.0.0.1:9'], { env })
     t.equal(run.code, 1)
