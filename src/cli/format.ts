@@ -74,10 +74,13 @@ export function summary(event: AgentEvent): string {
   }
 }
 
-/** `#seq  time  type  summary`: one printable event per line. */
+/**
+ * `#seq  time  type  summary`: one printable event per line. A message of several lines (a
+ * client's, a webhook's or an MCP server's error) is joined into one, as short() does.
+ */
 export function eventLine(event: AgentEvent): string {
   const time = event.at.slice(11, 23)
-  return printable(`#${event.seq}  ${time}  ${event.type.padEnd(20)}  ${summary(event)}`)
+  return printable(`#${event.seq}  ${time}  ${event.type.padEnd(20)}  ${summary(event)}`).replaceAll(/\s*\n\s*/g, ' ')
 }
 
 /** An API failure as a person reads it: code, status, message, details, request ID. */

@@ -55,6 +55,23 @@ t.test('agentd sessions and events', async (t) => {
     t.same(seqs, Array.from({ length: lastSeq - 1 }, (_, i) => i + 2), 'every event after --after, in order, once')
   })
 
+  t.test('events prints one line per event, even for an error message of several lines', async (t) => {
+    // Before, a client tool's error of three lines (or a webhook's, an MCP server's) took three
+    // lines of `agentd events`, which says one event a line: grep and head split it.
+    const session = await create({ tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] })
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'call pick_colour {}' } })
+    const call = await until(async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data[0], 10_000, 'the call')
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/tool-results/${call.id}`, payload: { error: 'no colour:\n  the user\n  walked away' } })
+    await until(async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().status === 'idle', 10_000, 'the run to end')
+    const printed = await agentd(['events', session.id], { env })
+    t.equal(printed.code, 0)
+    const { lastSeq } = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json()
+    const lines = printed.stdout.trimEnd().split('\n')
+    t.equal(lines.length, lastSeq, 'as many lines as events')
+    t.ok(lines.every((line, i) => line.startsWith(`#${i + 1}  `)), 'each line one event')
+    t.match(printed.stdout, /tool:error +pick_colour .*no colour: the user walked away/)
+  })
+
   t.test('command line mistakes get one line and exit code 2', async (t) => {
     const unknown = await agentd(['frobnicate'], { env })
     t.equal(unknown.code, 2)
