@@ -65,7 +65,7 @@ function showError(err) {
       err instanceof ApiFailure && err.status ? el('span', { class: 'muted' }, ` HTTP ${err.status}`) : null,
       envelope.retryable ? el('span', { class: 'badge warn' }, 'retryable') : null,
       el('button', { class: 'link close', title: 'Dismiss', onclick: () => box.remove() }, '×')),
-    el('div', {}, envelope.message),
+    el('div', { class: 'error-message' }, envelope.message),
     envelope.details ? el('pre', { class: 'small' }, JSON.stringify(envelope.details, null, 2)) : null,
     envelope.requestId ? el('div', { class: 'muted small' }, 'request ', copyable(envelope.requestId)) : null)
   // A modal dialog covers the page and takes every click: its own failures show in it.

@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
 import { launchBrowser } from '../helpers/browser.ts'
+import { until } from '../helpers/server-process.ts'
 
 // Chromium drives the page: on a busy 2-core machine the file takes minutes.
 t.setTimeout(300_000)
@@ -41,4 +42,24 @@ t.test('a long unbroken word (a path, a URL) wraps inside the timeline and the e
   t.equal(overflow, 0, 'the error card holds its message')
   await page.locator('.item.tool .classified').scrollIntoViewIfNeeded()
   await page.screenshot({ path: join(tmpdir(), `agentd-console-long-text-${process.pid}.png`) })
+})
+
+t.test('an error message of several lines (a traceback from a client, a webhook, an MCP server) keeps its lines', async (t) => {
+  // Before, the lines ran together into one paragraph: "no colour: Traceback: File "pick.py", line 3 …".
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] } })).json()
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'call pick_colour {}' } })
+  const call = await until(async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data[0], 10_000, 'the call')
+  const message = 'no colour:\nTraceback (most recent call last):\n  File "pick.py", line 3, in <module>\nKeyError: \'colour\''
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/tool-results/${call.id}`, payload: { error: message } })
+  const browser = await launchBrowser(t)
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
+  await page.goto(`${base}/console`)
+  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+  const shown = page.locator('.item.tool .classified .error-message')
+  await shown.waitFor()
+  t.equal(await shown.innerText(), `The client's pick_colour failed: ${message}`, 'line by line, indentation kept')
+  await shown.scrollIntoViewIfNeeded()
+  await page.screenshot({ path: join(tmpdir(), `agentd-console-error-lines-${process.pid}.png`) })
 })
