@@ -27,7 +27,11 @@ if (supported) {
   }
   // Node's own flags (`npm start` gives one, see package.json) go to the Node that runs the command.
   const child = spawn(bundled, [...process.execArgv, fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit' })
-  // The child is the service or the CLI: it gets the signals meant for this process.
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal))
+  // The child is the service or the CLI: it gets the signals meant for this process. Not SIGINT,
+  // which this process ignores while the child runs, as system() does: a terminal's Ctrl+C reaches
+  // the whole process group, the child too, and a second one from here would be a second Ctrl+C
+  // (in `chat`, the first interrupts the run and the second quits).
+  process.on('SIGINT', () => {})
+  for (const signal of ['SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal))
   child.on('exit', (code, signal) => process.exit(code ?? (signal ? 128 : 1)))
 }

@@ -227,3 +227,33 @@ if (olderNode) {
     t.match(pkg.optionalDependencies.node, /^\^24\./, 'the node package is pinned to major 24')
   })
 }
+
+if (olderNode) {
+  t.test(`on the machine's older Node, a Ctrl+C (to the whole process group, as a terminal sends it) interrupts the run once`, async (t) => {
+    // Before, the bin forwarded the SIGINT to the Node 24 child that had already had it from the
+    // terminal: a second Ctrl+C at once, which quits, so Ctrl+C never interrupted a run.
+    const { app } = await buildTestApp(t)
+    const base = await listen(app)
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [{ type: 'client', name: 'pick_colour', description: 'Ask the user', parameters: { type: 'object' } }] } })).json()
+    // Detached: a process group of its own, as a shell gives a job.
+    const child = spawn(olderNode, [BIN, 'chat', '--session', session.id], { env: { PATH: process.env.PATH ?? '', AGENTD_URL: base }, stdio: ['pipe', 'pipe', 'pipe'], detached: true })
+    t.teardown(() => {
+      try {
+        process.kill(-(child.pid as number), 'SIGKILL')
+      } catch {
+        // Already gone.
+      }
+    })
+    let stdout = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve))
+    child.stdin.write('call pick_colour {}\n')
+    await until(async () => stdout.includes('Result for pick_colour'), 20_000, 'the question')
+    process.kill(-(child.pid as number), 'SIGINT')
+    await until(async () => stdout.includes('— interrupted'), 10_000, `the interrupted run:\n${stdout}`)
+    child.stdin.write('still here\n')
+    await until(async () => stdout.includes('You said: still here'), 10_000, 'the next message')
+    child.stdin.end()
+    t.equal(await closed, 0)
+  })
+}
