@@ -295,10 +295,11 @@ async function follow(current) {
         clearTimeout(silence)
         silence = setTimeout(() => connection.abort(), STREAM_IDLE_MS)
       }
+      const closed = AbortSignal.any([signal, connection.signal])
       heard()
       const response = await fetch(`/v1/sessions/${id}/events`, {
         headers: { accept: 'text/event-stream', 'last-event-id': String(current.lastSeq), ...authHeaders() },
-        signal: AbortSignal.any([signal, connection.signal])
+        signal: closed
       })
       if (!response.ok) {
         const failure = new ApiFailure(response.status, (await response.json().catch(() => null))?.error ?? { code: `HTTP_${response.status}`, message: response.statusText })
@@ -309,7 +310,7 @@ async function follow(current) {
       } else {
         refusedWith = null
         setBadge($('stream-status'), 'live')
-        await readSse(response.body, AbortSignal.any([signal, connection.signal]), (event) => receive(current, event), heard)
+        await readSse(response.body, closed, (event) => receive(current, event), heard)
       }
     } catch (err) {
       if (signal.aborted) return
