@@ -176,10 +176,18 @@ export async function main(argv: string[]): Promise<number | undefined> {
           await listSessions(client, count('limit', values.limit) ?? 20, values.json === true)
         } else if (action === 'rm') {
           if (ids.length === 0) throw new UsageError('sessions rm needs at least one session id')
+          // Like rm: one ID that cannot be deleted is reported, and the others still are.
+          let failed = false
           for (const id of ids) {
-            await client.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`)
-            process.stdout.write(`deleted ${id}\n`)
+            try {
+              await client.request('DELETE', `/v1/sessions/${encodeURIComponent(id)}`)
+              process.stdout.write(`deleted ${id}\n`)
+            } catch (err) {
+              process.stderr.write(`agentd: ${failureText(err)}\n`)
+              failed = true
+            }
           }
+          return failed ? 1 : 0
         } else throw new UsageError(`unknown sessions action "${action}" (ls or rm)`)
         return 0
       }

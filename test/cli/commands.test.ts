@@ -55,6 +55,17 @@ t.test('agentd sessions and events', async (t) => {
     t.same(seqs, Array.from({ length: lastSeq - 1 }, (_, i) => i + 2), 'every event after --after, in order, once')
   })
 
+  t.test('sessions rm goes on past an ID it cannot delete, and exits 1', async (t) => {
+    // Before, it stopped at the first failure: `rm a gone c` left c in place.
+    const first = await create({ tools: [] })
+    const last = await create({ tools: [] })
+    const run = await agentd(['sessions', 'rm', first.id, 'ses_gone', last.id], { env })
+    t.equal(run.code, 1)
+    t.equal(run.stdout, `deleted ${first.id}\ndeleted ${last.id}\n`)
+    t.match(run.stderr, /^agentd: SESSION_NOT_FOUND \(HTTP 404\): No session ses_gone\n/)
+    for (const id of [first.id, last.id]) t.equal((await app.inject({ method: 'GET', url: `/v1/sessions/${id}` })).statusCode, 404, `${id} is gone`)
+  })
+
   t.test('events prints one line per event, even for an error message of several lines', async (t) => {
     // Before, a client tool's error of three lines (or a webhook's, an MCP server's) took three
     // lines of `agentd events`, which says one event a line: grep and head split it.
