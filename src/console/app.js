@@ -509,8 +509,11 @@ function render(current, event) {
       if (data.phase === 'tool') return void item(current, event, 'retry', `${data.severity} in tool: ${data.detail?.code ?? ''} ${data.message}`)
       return void item(current, event, `monitor-error ${data.severity}`, `${data.severity} in ${data.phase}: ${data.message}`,
         data.detail ? classifiedError(data.detail) : null)
-    case 'run_recovered':
-      return void item(current, event, 'retry', `run recovered after a restart (was ${data.previousStatus}; ${data.sealedCalls ?? 0} calls sealed)`)
+    case 'run_recovered': {
+      // sealedCalls holds the IDs of the calls that got a sealed result.
+      const sealed = data.sealedCalls?.length ?? 0
+      return void item(current, event, 'retry', `run recovered after a restart (was ${data.previousStatus}; ${sealed} call${sealed === 1 ? '' : 's'} sealed)`)
+    }
     case 'done':
       if (!current.catchingUp) refreshSession(current)
       return void item(current, event, `done ${data.reason}`, `run ${data.reason}`)
