@@ -254,6 +254,8 @@ function renderSessionHead() {
     `tokens: ${usage.inputTokens} in / ${usage.outputTokens} out`
   ].join(' · ')
   setBadge($('session-status'), session.status)
+  // The list too: state_changed left the run's last state there ("completed", "failed").
+  for (const badge of document.querySelectorAll(`#session-list li[data-id="${session.id}"] .badge`)) setBadge(badge, session.status)
 }
 
 function setBadge(node, status) {

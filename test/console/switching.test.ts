@@ -82,3 +82,22 @@ t.test('the session a tab had open, deleted since, is forgotten after the reload
   await page.waitForTimeout(1000)
   t.equal(await page.locator('.error-card').count(), 0, 'the next reload starts clean')
 })
+
+t.test('after a run the session list shows the session\'s status, as the head and a reload do', async (t) => {
+  // Before, the list kept the run's last state ("completed", "failed") beside the head's "idle".
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const browser = await launchBrowser(t)
+  const page = await browser.newPage()
+  await page.goto(`${base}/console`)
+  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await page.fill('#message', 'hello')
+  await page.press('#message', 'Enter')
+  await page.locator('.item.done').waitFor()
+  await page.locator('#session-status', { hasText: 'idle' }).waitFor()
+  const listed = page.locator(`#session-list li[data-id="${session.id}"] .badge`)
+  await listed.filter({ hasText: 'idle' }).waitFor({ timeout: 5000 }).catch(() => undefined)
+  t.equal(await listed.textContent(), 'idle')
+})
