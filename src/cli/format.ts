@@ -23,9 +23,12 @@ export function printable(text: string): string {
   return text.replaceAll('\r\n', '\n').replace(UNPRINTABLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
 }
 
+/** Text from the service on one printable line: line breaks and what surrounds them become one space. */
+export const oneLine = (text: string) => printable(text).replaceAll(/\s*\n\s*/g, ' ')
+
 /** One printable line of at most `max` characters. */
 export function short(value: unknown, max = 120): string {
-  const text = printable(typeof value === 'string' ? value : JSON.stringify(value) ?? String(value)).replaceAll(/\s*\n\s*/g, ' ')
+  const text = oneLine(typeof value === 'string' ? value : JSON.stringify(value) ?? String(value))
   if (text.length <= max) return text
   // Not between the two halves of a surrogate pair (an emoji): a lone half prints as "�".
   const cut = text.slice(0, max - 1)
@@ -76,11 +79,11 @@ export function summary(event: AgentEvent): string {
 
 /**
  * `#seq  time  type  summary`: one printable event per line. A message of several lines (a
- * client's, a webhook's or an MCP server's error) is joined into one, as short() does.
+ * client's, a webhook's or an MCP server's error) is joined into one.
  */
 export function eventLine(event: AgentEvent): string {
   const time = event.at.slice(11, 23)
-  return printable(`#${event.seq}  ${time}  ${event.type.padEnd(20)}  ${summary(event)}`).replaceAll(/\s*\n\s*/g, ' ')
+  return oneLine(`#${event.seq}  ${time}  ${event.type.padEnd(20)}  ${summary(event)}`)
 }
 
 /** An API failure as a person reads it: code, status, message, details, request ID. */

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util'
 import { chat } from './chat.ts'
 import { AgentdClient, type AgentEvent } from './client.ts'
-import { eventLine, failureText, paint, printable } from './format.ts'
+import { eventLine, failureText, oneLine, paint } from './format.ts'
 
 const USAGE = `Usage: agentd <command> [options]
 
@@ -101,7 +101,7 @@ async function listSessions(client: AgentdClient, limit: number, json: boolean):
     const page: { data: Array<Record<string, any>>; nextCursor: string | null } = await client.request('GET', `/v1/sessions?${query}`)
     for (const session of page.data) {
       if (json) process.stdout.write(`${JSON.stringify(session)}\n`)
-      else process.stdout.write(`${printable(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens`)}\n`)
+      else process.stdout.write(`${oneLine(`${session.id}  ${String(session.status).padEnd(20)}  ${session.model}  ${session.createdAt}  ${session.usage.totalTokens} tokens`)}\n`)
     }
     shown += page.data.length
     cursor = page.nextCursor

@@ -55,6 +55,17 @@ t.test('agentd sessions and events', async (t) => {
     t.same(seqs, Array.from({ length: lastSeq - 1 }, (_, i) => i + 2), 'every event after --after, in order, once')
   })
 
+  t.test('sessions prints one line per session, whatever its model name holds', async (t) => {
+    // Before, a model name with a line break (any client may set it) split its session over two
+    // lines, the second one free to pass for another session.
+    const odd = await create({ tools: [], model: 'gpt\nses_fake  idle' })
+    const run = await agentd(['sessions', '--limit', '1'], { env })
+    t.equal(run.code, 0)
+    const lines = run.stdout.split('\n').filter((line) => line.startsWith('ses_'))
+    t.equal(lines.length, 1, run.stdout)
+    t.match(lines[0], `${odd.id}  idle                  gpt ses_fake  idle  `)
+  })
+
   t.test('sessions rm goes on past an ID it cannot delete, and exits 1', async (t) => {
     // Before, it stopped at the first failure: `rm a gone c` left c in place.
     const first = await create({ tools: [] })
