@@ -88,7 +88,11 @@ export function eventLine(event: AgentEvent): string {
 
 /** An API failure as a person reads it: code, status, message, details, request ID. */
 export function failureText(err: unknown): string {
-  if (!(err instanceof ApiFailure)) return printable(err instanceof Error ? err.message : String(err))
+  if (!(err instanceof ApiFailure)) {
+    // fetch's own messages say little without their cause: "terminated (other side closed)".
+    const cause = err instanceof Error && err.cause instanceof Error ? ` (${err.cause.message})` : ''
+    return printable(err instanceof Error ? `${err.message}${cause}` : String(err))
+  }
   const { body, status } = err
   const lines = [`${body.code}${status ? ` (HTTP ${status})` : ''}: ${body.message}`]
   if (body.details !== undefined) lines.push(`  details: ${short(body.details, 400)}`)
