@@ -63,3 +63,22 @@ t.test('an error message of several lines (a traceback from a client, a webhook,
   await shown.scrollIntoViewIfNeeded()
   await page.screenshot({ path: join(tmpdir(), `agentd-console-error-lines-${process.pid}.png`) })
 })
+
+t.test('in a window half a laptop screen wide, the session head keeps its buttons on screen', async (t) => {
+  // Before, at 900 px the status badges and the Raw events button ran past the right edge.
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'always' } } })).json()
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'call fs_list {"path": "."}' } })
+  const browser = await launchBrowser(t)
+  for (const width of [1280, 900, 760]) {
+    const page = await browser.newPage({ viewport: { width, height: 640 } })
+    await page.goto(`${base}/console`)
+    await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
+    await page.locator('button.allow').waitFor()
+    const right = await page.$eval('#toggle-raw', (button) => button.getBoundingClientRect().right)
+    t.ok(right <= width, `Raw events ends at ${right}, inside ${width}`)
+    await page.screenshot({ path: join(tmpdir(), `agentd-console-${width}-${process.pid}.png`) })
+    await page.close()
+  }
+})
