@@ -24,9 +24,10 @@ class LineReader {
   /**
    * The next line, or null once stdin has ended or `signal` aborts. An aborted wait gives up its
    * place, so the line typed next goes to whoever asks next, not to a question that is gone.
+   * `fresh` waits for a line that comes after the call, leaving those queued for later.
    */
-  next(signal?: AbortSignal): Promise<string | null> {
-    const line = this.#queued.shift()
+  next(signal?: AbortSignal, fresh = false): Promise<string | null> {
+    const line = fresh ? undefined : this.#queued.shift()
     if (line !== undefined) return Promise.resolve(line)
     if (this.#ended || signal?.aborted) return Promise.resolve(null)
     return new Promise((resolve) => {
@@ -120,7 +121,10 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
    */
   const ask = async (question: string): Promise<string | null> => {
     out.write(paint('yellow', question))
-    const answer = await lines.next(interrupting.signal)
+    // On a terminal the answer is a line typed after the question: one typed ahead while the
+    // answer streamed is the next message, not a "no" to a question its writer never saw.
+    // Piped, the lines are the script's answers in order.
+    const answer = await lines.next(interrupting.signal, interactive)
     if (!interactive && !interrupting.signal.aborted) out.write(`${answer ?? ''}\n`)
     return answer
   }

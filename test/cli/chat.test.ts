@@ -257,3 +257,32 @@ if (olderNode) {
     t.equal(await closed, 0)
   })
 }
+
+/** util-linux's `script`: runs a command on a pseudo-terminal, for what chat does only on a terminal. */
+const script = ['/usr/bin/script', '/bin/script'].find((path) => existsSync(path))
+if (script) {
+  t.test('on a terminal, a line typed ahead while the answer streams is the next message, not the answer to a question asked after it', async (t) => {
+    // Before, it answered the approval question that came next (not "y": denied), and the "y"
+    // typed for the question went out as a message of its own.
+    const { app } = await buildTestApp(t)
+    const base = await listen(app)
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'always' } } })).json()
+    const child = spawn(script, ['-qfec', `${process.execPath} ${BIN} chat --session ${session.id}`, '/dev/null'], {
+      env: { PATH: process.env.PATH ?? '', AGENTD_URL: base, TERM: 'dumb', NO_COLOR: '1' },
+      stdio: ['pipe', 'pipe', 'pipe']
+    })
+    t.teardown(() => child.kill('SIGKILL'))
+    let screen = ''
+    child.stdout.on('data', (chunk) => (screen += chunk))
+    await until(async () => screen.includes('you> '), 20_000, 'the prompt')
+    // Both lines at once: the second is typed before the question about the first one's call.
+    child.stdin.write('call fs_write {"path": "a.txt", "content": "x"}\rtyped ahead\r')
+    await until(async () => screen.includes('[y/n]'), 10_000, 'the question')
+    child.stdin.write('y\r')
+    await until(async () => screen.includes('You said: typed ahead'), 10_000, 'the typed-ahead message')
+      .catch((err: Error) => t.fail(`${err.message}:\n${screen}`))
+    child.stdin.write('\x04')
+    t.match(screen, /✓ fs_write \d+ ms/, 'the call was allowed by the "y" typed for it')
+    t.notMatch(screen, 'DENIED_BY_USER')
+  })
+}
