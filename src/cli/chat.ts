@@ -238,7 +238,11 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
   for (;;) {
     if (interactive) out.write(paint('bold', 'you> '))
     const content = await lines.next()
-    if (content === null) break
+    if (content === null) {
+      // Ctrl+D at the prompt: the shell's prompt comes next, on a line of its own.
+      if (interactive) out.write('\n')
+      break
+    }
     if (content.trim() === '') continue
     if (!interactive) say(paint('bold', `you> ${content}`))
     try {

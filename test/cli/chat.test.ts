@@ -285,4 +285,22 @@ if (script) {
     t.match(screen, /✓ fs_write \d+ ms/, 'the call was allowed by the "y" typed for it')
     t.notMatch(screen, 'DENIED_BY_USER')
   })
+
+  t.test('on a terminal, Ctrl+D at the prompt ends the line, so the shell\'s prompt starts on its own', async (t) => {
+    // Before, the shell's prompt followed "you> " on the same line.
+    const { app } = await buildTestApp(t)
+    const base = await listen(app)
+    const child = spawn(script, ['-qfec', `${process.execPath} ${BIN} chat`, '/dev/null'], {
+      env: { PATH: process.env.PATH ?? '', AGENTD_URL: base, TERM: 'dumb', NO_COLOR: '1' },
+      stdio: ['pipe', 'pipe', 'pipe']
+    })
+    t.teardown(() => child.kill('SIGKILL'))
+    let screen = ''
+    child.stdout.on('data', (chunk) => (screen += chunk))
+    const closed = new Promise<number | null>((resolve) => child.on('close', resolve))
+    await until(async () => screen.includes('you> '), 20_000, 'the prompt')
+    child.stdin.write('\x04')
+    t.equal(await closed, 0)
+    t.match(screen, /you> \r?\n$/)
+  })
 }
