@@ -104,6 +104,17 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
   const path = `/v1/sessions/${encodeURIComponent(sessionId)}`
   say(dim(`session ${sessionId} · ${client.baseUrl}${interactive ? ' · Ctrl+C interrupts a run, Ctrl+D quits' : ''}`))
 
+  /** Whether the cursor is after text on its line: the model's answer, or a question. */
+  let midLine = false
+  /** A CR that ended the last chunk of text: the next one may start with the LF of its CRLF. */
+  let heldCr = false
+  const endLine = () => {
+    if (heldCr) out.write(printable('\r'))
+    heldCr = false
+    if (midLine) out.write('\n')
+    midLine = false
+  }
+
   let active: AbortController | undefined
   /** Aborted by the first Ctrl+C of a run: takes back a question the run was waiting on. */
   let interrupting = new AbortController()
@@ -111,7 +122,9 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
     // The first Ctrl+C of a run interrupts it; another one (or one between runs) quits.
     if (!active || interrupting.signal.aborted) process.exit(130)
     interrupting.abort()
-    say(dim('\n(interrupting; Ctrl+C again quits)'))
+    spinner.stop()
+    endLine()
+    say(dim('(interrupting; Ctrl+C again quits)'))
     client.request('POST', `${path}/interrupt`).catch((err: unknown) => say(paint('red', failureText(err))))
   })
 
@@ -121,26 +134,20 @@ export async function chat(client: AgentdClient, options: ChatOptions): Promise<
    */
   const ask = async (question: string): Promise<string | null> => {
     out.write(paint('yellow', question))
+    midLine = true
     // On a terminal the answer is a line typed after the question: one typed ahead while the
     // answer streamed is the next message, not a "no" to a question its writer never saw.
     // Piped, the lines are the script's answers in order.
     const answer = await lines.next(interrupting.signal, interactive)
+    // A terminal echoed the answer and its Enter; a pipe's answer is shown here.
     if (!interactive && !interrupting.signal.aborted) out.write(`${answer ?? ''}\n`)
+    midLine = false
     return answer
   }
 
   /** Streams one run's events until its `done`; the stream resumes by itself after a drop. */
   async function follow(runId: string, after: number): Promise<void> {
-    let midLine = false
-    /** A CR that ended the last chunk of text: the next one may start with the LF of its CRLF. */
-    let heldCr = false
     let tokens = 0
-    const endLine = () => {
-      if (heldCr) out.write(printable('\r'))
-      heldCr = false
-      if (midLine) out.write('\n')
-      midLine = false
-    }
     active = new AbortController()
     const stream = client.follow(sessionId as string, {
       after,

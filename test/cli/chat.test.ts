@@ -4,6 +4,8 @@ import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
 import { agentd, BIN } from '../helpers/cli.ts'
 import { until } from '../helpers/server-process.ts'
+import { startDevModel } from '../../src/model/dev-model.ts'
+import { createOpenAIProvider } from '../../src/model/provider.ts'
 
 // Every test here runs agentd as a child process: on a busy 2-core machine the file takes minutes.
 t.setTimeout(300_000)
@@ -208,6 +210,32 @@ t.test('with API keys on, --key or AGENTD_API_KEY is sent', async (t) => {
   const byEnv = await agentd(['sessions'], { env: { AGENTD_URL: base, AGENTD_API_KEY: key } })
   t.equal(byEnv.code, 0)
   t.match(byEnv.stdout, /^ses_\w+ +idle/)
+})
+
+t.test('Ctrl+C while the answer streams interrupts the run, its notice on the next line with no blank line after it', async (t) => {
+  // Before: "This answer stops \n(interrupting; Ctrl+C again quits)\n\n— interrupted", a blank
+  // line where the answer's unfinished line was ended a second time.
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  // Timeouts long enough for the answer to hang until the interrupt.
+  const model = createOpenAIProvider({ kind: 'dev', apiKey: 'test-key', baseURL: devModel.url, headersTimeoutMs: 60_000, bodyTimeoutMs: 60_000 })
+  t.teardown(() => model.close())
+  const { app } = await buildTestApp(t, { devModel, app: { model } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ hang: true, afterChunks: 3 })
+  const child = spawn(process.execPath, [BIN, 'chat', '--session', session.id], { env: { PATH: process.env.PATH ?? '', AGENTD_URL: base }, stdio: ['pipe', 'pipe', 'pipe'] })
+  t.teardown(() => child.kill('SIGKILL'))
+  let stdout = ''
+  child.stdout.on('data', (chunk) => (stdout += chunk))
+  const closed = new Promise<number | null>((resolve) => child.on('close', resolve))
+  child.stdin.write('hello\n')
+  await until(async () => stdout.includes('This answer stops '), 10_000, 'the first words')
+  child.kill('SIGINT')
+  await until(async () => stdout.includes('— interrupted'), 10_000, 'the interrupted run')
+  child.stdin.end()
+  t.equal(await closed, 0)
+  t.match(stdout, /This answer stops \n\(interrupting; Ctrl\+C again quits\)\n— interrupted/)
 })
 
 /** A Node older than the project needs, if the machine has one (the README's fresh-machine case). */
