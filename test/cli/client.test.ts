@@ -49,11 +49,11 @@ t.test('a reader slow to take the next event (a question waiting on the user) is
   t.teardown(() => stop.abort())
   const drops: unknown[] = []
   let runs = 0
-  for await (const event of client.follow(session.id, { signal: stop.signal, idleMs: 300, onReconnect: (err) => drops.push(err) })) {
+  for await (const event of client.follow(session.id, { signal: stop.signal, idleMs: 1000, onReconnect: (err) => drops.push(err) })) {
     if (event.type !== 'done') continue
     if (++runs === 2) break
     // Three times idleMs over the last event of the first run, then the second run.
-    await new Promise((resolve) => setTimeout(resolve, 900))
+    await new Promise((resolve) => setTimeout(resolve, 3000))
     await send('second')
   }
   t.same(drops, [], 'the stream was not reopened')
