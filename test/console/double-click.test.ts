@@ -1,6 +1,6 @@
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { launchBrowser } from '../helpers/browser.ts'
+import { consoleOnNewSession, launchBrowser, openInConsole } from '../helpers/browser.ts'
 
 // Chromium drives the page: on a busy 2-core machine the file takes minutes.
 t.setTimeout(300_000)
@@ -17,9 +17,7 @@ t.test('a double click on Allow or on Send result answers once, without an error
   })).json()
   const browser = await launchBrowser(t)
   const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await openInConsole(page, base, session.id)
   // As on a network that takes a moment to answer.
   await page.route('**/v1/sessions/*/{approvals,tool-results}/*', async (route) => {
     await new Promise((resolve) => setTimeout(resolve, 300))
@@ -49,14 +47,7 @@ t.test('a double click on Allow or on Send result answers once, without an error
 t.test('a double click on Interrupt interrupts once, without an error', async (t) => {
   // Before, the second click asked again while the first was waiting for the run to stop: a
   // NO_ACTIVE_RUN card under the interrupted run.
-  const { app, devModel } = await buildTestApp(t)
-  const base = await listen(app)
-  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
-  const browser = await launchBrowser(t)
-  const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  const { app, devModel, base, session, page } = await consoleOnNewSession(t)
   devModel.script({ hang: true })
   await page.fill('#message', 'this one hangs')
   await page.press('#message', 'Enter')

@@ -1,7 +1,7 @@
 import type { ConsoleMessage } from 'playwright-core'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { launchBrowser } from '../helpers/browser.ts'
+import { consoleOnNewSession, launchBrowser, openInConsole } from '../helpers/browser.ts'
 
 // Chromium drives the page: on a busy 2-core machine the file takes minutes.
 t.setTimeout(300_000)
@@ -19,9 +19,7 @@ t.test('Enter in the message box', async (t) => {
   page.on('console', (message: ConsoleMessage) => {
     if (message.type() === 'error') problems.push(`console error: ${message.text()}`)
   })
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await openInConsole(page, base, session.id)
 
   t.test('that confirms an input method\'s composition (Japanese, Chinese, Korean) does not send', async (t) => {
     // Before, it sent the unconverted reading ("にほん") the moment Enter chose the conversion.
@@ -50,14 +48,7 @@ t.test('Enter in the message box', async (t) => {
 t.test('Enter pressed twice while the first send is on its way sends the message once', async (t) => {
   // Before, each Enter posted the box's content until the first answer emptied it: a second
   // Enter on a slow network sent the message again (refused as SESSION_BUSY, or run twice with enqueue).
-  const { app } = await buildTestApp(t)
-  const base = await listen(app)
-  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
-  const browser = await launchBrowser(t)
-  const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  const { app, base, session, page } = await consoleOnNewSession(t)
   await page.route(`**/v1/sessions/${session.id}/messages`, async (route) => {
     await new Promise((resolve) => setTimeout(resolve, 500))
     await route.continue()

@@ -2,7 +2,7 @@ import { createServer } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { tempDir } from '../helpers/app.ts'
-import { launchBrowser } from '../helpers/browser.ts'
+import { launchBrowser, openInConsole } from '../helpers/browser.ts'
 import { startServer } from '../helpers/server-process.ts'
 
 // Chromium drives the page, and the service is started twice: on a busy 2-core machine the file takes minutes.
@@ -33,9 +33,7 @@ t.test('after the service is killed and started again, the console resumes and s
   const session = await created.json() as { id: string }
   const browser = await launchBrowser(t)
   const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await openInConsole(page, base, session.id)
   await page.fill('#message', 'call pick_colour {}')
   await page.press('#message', 'Enter')
   await page.locator('form.client-form').waitFor()

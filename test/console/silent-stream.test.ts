@@ -2,7 +2,7 @@ import { request as httpRequest, createServer, type ServerResponse } from 'node:
 import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { launchBrowser } from '../helpers/browser.ts'
+import { launchBrowser, openInConsole } from '../helpers/browser.ts'
 
 // Chromium drives the page; its clock is Playwright's, moved past the console's 45 s of silence
 // (STREAM_IDLE_MS) at once instead of waited out.
@@ -43,9 +43,7 @@ t.test('an event stream that goes silent is given up and reopened, and what was 
   const browser = await launchBrowser(t)
   const page = await browser.newPage()
   await page.clock.install()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await openInConsole(page, base, session.id)
 
   for (const stream of streams) frozen.add(stream)
   await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'sent while the stream was silent' } })

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { launchBrowser } from '../helpers/browser.ts'
+import { consoleOnNewSession, launchBrowser, openInConsole } from '../helpers/browser.ts'
 import { until } from '../helpers/server-process.ts'
 
 // Chromium drives the page: on a busy 2-core machine the file takes minutes.
@@ -48,9 +48,7 @@ t.test('a session that cannot be opened (deleted elsewhere) leaves the open one 
   const open = await create()
   const browser = await launchBrowser(t)
   const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${open}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  await openInConsole(page, base, open)
   await app.inject({ method: 'DELETE', url: `/v1/sessions/${gone}` })
 
   await page.locator(`#session-list li[data-id="${gone}"] button`).click()
@@ -65,14 +63,7 @@ t.test('a session that cannot be opened (deleted elsewhere) leaves the open one 
 t.test('the session a tab had open, deleted since, is forgotten after the reload that says so', async (t) => {
   // Before, the tab kept its ID: every reload, for as long as the tab lived, began with a
   // SESSION_NOT_FOUND card.
-  const { app } = await buildTestApp(t)
-  const base = await listen(app)
-  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
-  const browser = await launchBrowser(t)
-  const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  const { app, base, session, page } = await consoleOnNewSession(t)
   await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })
 
   await page.reload()
@@ -85,14 +76,7 @@ t.test('the session a tab had open, deleted since, is forgotten after the reload
 
 t.test('after a run the session list shows the session\'s status, as the head and a reload do', async (t) => {
   // Before, the list kept the run's last state ("completed", "failed") beside the head's "idle".
-  const { app } = await buildTestApp(t)
-  const base = await listen(app)
-  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
-  const browser = await launchBrowser(t)
-  const page = await browser.newPage()
-  await page.goto(`${base}/console`)
-  await page.locator(`#session-list li[data-id="${session.id}"] button`).click()
-  await page.locator('#stream-status', { hasText: 'live' }).waitFor()
+  const { app, base, session, page } = await consoleOnNewSession(t)
   await page.fill('#message', 'hello')
   await page.press('#message', 'Enter')
   await page.locator('.item.done').waitFor()
