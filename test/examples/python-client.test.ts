@@ -17,7 +17,7 @@ interface Outcome {
 /** Runs the example client to its end (at most 15 s) and collects what it printed. */
 function runClient(args: string[]): Promise<Outcome> {
   return new Promise((resolve) => {
-    execFile('python3', [script, ...args], { timeout: 15_000 }, (err, stdout, stderr) => {
+    execFile('python3', ['-B', script, ...args], { timeout: 15_000 }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : null) : 0
       resolve({ code, stdout, stderr })
     })
@@ -128,7 +128,7 @@ t.test('the SSE parser follows the standard: multi-line data, comments, retry, i
     'data: unfinished'
   ]
   const out = await new Promise<string>((resolve, reject) => {
-    const child = execFile('python3', ['-c', program], { timeout: 10_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)))
+    const child = execFile('python3', ['-B', '-c', program], { timeout: 10_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)))
     child.stdin?.end(JSON.stringify(pieces))
   })
   t.same(JSON.parse(out), {
