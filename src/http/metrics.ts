@@ -35,7 +35,7 @@ export const metricsPlugin = fp(
     })
     for (const status of ['completed', 'failed', 'cancelled']) runsTotal.inc({ status }, 0)
     new Gauge({
-      name: 'agentd_runs_active', help: 'Runs queued or executing now', registers,
+      name: 'agentd_runs_active', help: 'Runs this process is executing now (queued runs, and runs of other processes, not counted)', registers,
       collect() { this.set(runs.activeCount) }
     })
     const toolErrors = new Counter({
