@@ -283,8 +283,11 @@ export class RunManager {
       this.#executions.delete(record.id)
       await coordinator.release(record, ended).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
       settle(run)
-      // A run that never started told the hooks when it was recorded (#endQueued).
-      if (tenant !== null) await this.#runEnded(run, tenant)
+      // A run that never started told the hooks when it was recorded (#endQueued). One whose end
+      // the store did not record is not over yet: the recovery ends it and tells them (recover()),
+      // so telling them here too would make two deliveries of one run, the first with an end
+      // nobody can read back.
+      if (tenant !== null && ended) await this.#runEnded(run, tenant)
     })
   }
 

@@ -6,7 +6,9 @@ import { buildTestApp, tempDir, type TapTest, type TestApp } from '../helpers/ap
 import { testSession } from '../store/contract.ts'
 import { undocumentedEvents } from '../helpers/event-document.ts'
 import { deadUrl, expectedSignature, hooksEnv, startHookServer, type HookAnswer } from '../helpers/hook-server.ts'
+import { until } from '../helpers/server-process.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
+import { fullDisk } from '../helpers/store-faults.ts'
 import { selfSignedCertificate, serveHttps } from '../helpers/tls.ts'
 
 const SECRET = 'hook-secret-0123456789abcdef'
@@ -302,6 +304,31 @@ t.test('runEnd hears of a run the recovery ended after a restart (it was never t
   await buildTestApp(t, { env: { AGENTD_DB: db, ...hooksEnv(t, [{ name: 'ledger', on: 'runEnd', url: receiver.url }]) } })
   for (let i = 0; i < 300 && receiver.received.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10))
   t.match(receiver.received[0]?.body, { event: 'runEnd', hook: 'ledger', tenant: 'default', run: { id: 'run_dead', status: 'failed', error: { errorType: 'exception' } } })
+})
+
+t.test('a run whose end the store could not record, ended later by the recovery, reaches runEnd once', async (t) => {
+  const receiver = await startHookServer(t, () => ({ json: {} }))
+  const logLines: string[] = []
+  const { app, devModel } = await buildTestApp(t, { logLines, env: hooksEnv(t, [{ name: 'ledger', on: 'runEnd', url: receiver.url }]) })
+  const disk = fullDisk(app.agentd.store)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'an answer that comes too late', delayMs: 300 })
+  const { run } = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'x' } })).json()
+  await until(async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().status === 'running', 5000, 'the run started')
+  disk.full = true
+  await until(async () => logLines.some((line) => line.includes('could not record the end of the run')), 5000, 'the run failed to record its end')
+  disk.full = false
+  const ended = await until(async () => {
+    const stored = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/runs/${run.id}` })).json()
+    return stored.status === 'failed' ? stored : undefined
+  }, 10_000, 'the recovery ended the run')
+  t.match(ended, { error: { message: /ended by recovery/ } })
+  await until(async () => receiver.received.some((d) => d.body.run?.id === run.id), 5000, 'the runEnd delivery')
+  // Any second delivery goes out at once (the hooks are told in the background, with no backoff on a first attempt).
+  await new Promise((resolve) => setTimeout(resolve, 500))
+  const deliveries = receiver.received.filter((d) => d.body.run?.id === run.id)
+  t.equal(deliveries.length, 1, 'one runEnd delivery for the run')
+  t.match(deliveries[0]?.body, { event: 'runEnd', hook: 'ledger', run: { id: run.id, status: 'failed', error: { message: /ended by recovery/ } } })
 })
 
 /** A run with a runEnd hook to `url` (retried within milliseconds), and the monitor warns of its first failed delivery. */
