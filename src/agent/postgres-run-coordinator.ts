@@ -242,8 +242,11 @@ export class PostgresRunCoordinator implements RunCoordinator {
 
   async orphans(): Promise<RunRecord[]> {
     // Runs whose owner stopped renewing its lease, and started runs released without an end.
-    // SKIP LOCKED and the owner set here hand each to one process only.
-    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $1, lease_until = ${this.#lease}, cancel_requested = false
+    // SKIP LOCKED and the owner set here hand each to one process only. A queued run keeps its
+    // cancel flag (a later message interrupted it): queued again, it still ends as cancelled in
+    // its turn (claimNext) instead of running as if nobody had interrupted it.
+    const { rows } = await this.#store.pool.query<Row>(`UPDATE runs SET owner = $1, lease_until = ${this.#lease},
+        cancel_requested = (status = 'queued' AND cancel_requested)
       WHERE id IN (SELECT id FROM runs WHERE ${UNFINISHED}
         AND ((owner IS NOT NULL AND lease_until < now()) OR (owner IS NULL AND status <> 'queued'))
         ORDER BY pos FOR UPDATE SKIP LOCKED)
@@ -252,7 +255,8 @@ export class PostgresRunCoordinator implements RunCoordinator {
   }
 
   async requeue(session: SessionRecord, run: RunRecord): Promise<void> {
-    await this.#store.pool.query('UPDATE runs SET owner = NULL, lease_until = NULL, cancel_requested = false WHERE id = $1 AND owner = $2', [run.id, this.ownerId])
+    // Its cancel flag stays (orphans): an interrupted run goes back in line only to end there.
+    await this.#store.pool.query('UPDATE runs SET owner = NULL, lease_until = NULL WHERE id = $1 AND owner = $2', [run.id, this.ownerId])
     this.#announce(session.id)
   }
 
