@@ -2,7 +2,7 @@ import type { EventBus } from '../events/event-bus.ts'
 import { newId } from '../ids.ts'
 import type { RunRecord, SessionRecord, Store } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
-import type { CallSignal, Cancellation, ClaimedRun, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
+import type { CallSignal, Cancellation, ClaimedRun, OnBusy, Orphan, RunCoordinator, RunSignals } from './run-coordinator.ts'
 import { isFinal, waitForRun } from './wait-for-run.ts'
 
 /**
@@ -167,18 +167,21 @@ export class LocalRunCoordinator implements RunCoordinator {
     }
   }
 
-  async orphans(): Promise<RunRecord[]> {
-    const orphans: RunRecord[] = []
-    // The store is this process's alone: whatever was unfinished when it opened is orphaned.
+  async orphans(): Promise<Orphan[]> {
+    const orphans: Orphan[] = []
+    // The store is this process's alone: whatever was unfinished when it opened is orphaned. It
+    // records no claims: a run still queued counts as one that was waiting its turn, never
+    // started (as on PostgreSQL, where only claimed runs are announced). One whose process died
+    // in the instant between claiming it and storing its start is among them: it runs again.
     if (!this.#orphansTaken) {
-      orphans.push(...(await this.#store.listUnfinishedRuns()))
+      for (const run of await this.#store.listUnfinishedRuns()) orphans.push({ run, claimed: run.status !== 'queued' })
       this.#orphansTaken = true
     }
     // Runs of this process whose end the store failed to record, as the store has them now (a
     // read that fails leaves them for the next recovery). Each stays here until it is released ended.
     for (const run of this.#unended.values()) {
       const stored = await this.#store.getRun(run.sessionId, run.id)
-      if (stored && !isFinal(stored.status)) orphans.push(stored)
+      if (stored && !isFinal(stored.status)) orphans.push({ run: stored, claimed: true })
       else await this.release(run, true)
     }
     return orphans

@@ -7,7 +7,7 @@ import type { PostgresStore } from '../store/postgres.ts'
 import { toRun } from '../store/rows.ts'
 import { SessionGoneError, type RunRecord, type SessionRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
-import type { CallSignal, Cancellation, ClaimedRun, OnBusy, RunCoordinator, RunSignals } from './run-coordinator.ts'
+import type { CallSignal, Cancellation, ClaimedRun, OnBusy, Orphan, RunCoordinator, RunSignals } from './run-coordinator.ts'
 import { waitForRun } from './wait-for-run.ts'
 
 type Row = Record<string, unknown>
@@ -240,7 +240,7 @@ export class PostgresRunCoordinator implements RunCoordinator {
     if (!accepted) throw notAwaiting()
   }
 
-  async orphans(): Promise<RunRecord[]> {
+  async orphans(): Promise<Orphan[]> {
     // Runs whose owner stopped renewing its lease, and started runs released without an end.
     // SKIP LOCKED and the owner set here hand each to one process only. A queued run keeps its
     // cancel flag (a later message interrupted it): queued again, it still ends as cancelled in
@@ -251,7 +251,8 @@ export class PostgresRunCoordinator implements RunCoordinator {
         AND ((owner IS NOT NULL AND lease_until < now()) OR (owner IS NULL AND status <> 'queued'))
         ORDER BY pos FOR UPDATE SKIP LOCKED)
       RETURNING *`, [this.ownerId])
-    return rows.sort((a, b) => Number(a.pos) - Number(b.pos)).map(toRun)
+    // Every one of them had an owner: a queued run nobody claimed is not an orphan here (claimNext takes it).
+    return rows.sort((a, b) => Number(a.pos) - Number(b.pos)).map((row) => ({ run: toRun(row), claimed: true }))
   }
 
   async requeue(session: SessionRecord, run: RunRecord): Promise<void> {

@@ -32,6 +32,17 @@ export interface ClaimedRun {
   stored: Promise<unknown> | null
 }
 
+/** A run left unfinished by an owner that is gone, as orphans() hands it over. */
+export interface Orphan {
+  run: RunRecord
+  /**
+   * A process had claimed it: it was active (SPEC 8), and the recovery announces it with
+   * run_recovered. False for a run that was still waiting in its queue (found queued at a restart):
+   * it never started, and it takes its place in the queue again without a word.
+   */
+  claimed: boolean
+}
+
 /** Runs the coordinator took out of a session's queue (they never started) and runs it asked to stop. */
 export interface Cancellation {
   /** Queued runs now owned by the caller, which records them as cancelled. */
@@ -76,7 +87,7 @@ export interface RunCoordinator {
   /** Hands a decision or a client result to the run waiting on that call. Throws NOT_AWAITING when none does. */
   deliver(sessionId: string, callId: string, signal: CallSignal): Promise<void>
   /** Runs left unfinished by owners that are gone, oldest first; each is handed over to the caller once. */
-  orphans(): Promise<RunRecord[]>
+  orphans(): Promise<Orphan[]>
   /** Puts an orphaned run that never started back in its session's queue (in the order it was accepted). */
   requeue(session: SessionRecord, run: RunRecord): Promise<void>
   /** Shutting down: stop claiming, and take the queued runs this process must end itself (a peer would run them). */

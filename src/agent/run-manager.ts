@@ -139,17 +139,19 @@ export class RunManager {
 
   /**
    * Runs whose owner is gone (a restart, or a peer that died): one that never started is queued
-   * again; one that had started is ended as failed with run_recovered and its open calls sealed.
+   * again (with run_recovered when a process had claimed it); one that had started is ended as
+   * failed with run_recovered and its open calls sealed.
    */
   async recover(): Promise<{ requeued: number; failed: number }> {
     const { store, events, logger, coordinator } = this.#options
     let requeued = 0
     let failed = 0
-    for (const run of await coordinator.orphans()) {
+    for (const { run, claimed } of await coordinator.orphans()) {
       const session = await store.getSessionById(run.sessionId)
       if (!session) continue
       if (run.status === 'queued') {
-        await events.append({
+        // A run still waiting its turn was not active (SPEC 8): nothing of it is recovered, it just goes on waiting.
+        if (claimed) await events.append({
           sessionId: session.id, runId: run.id, channel: 'monitor', type: 'run_recovered', at: new Date().toISOString(),
           requestId: run.requestId, data: { runId: run.id, previousStatus: 'queued', sealedCalls: [] }
         })

@@ -126,11 +126,11 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     t.equal(late.status, 409, 'the old approval is no longer awaited')
   })
 
-  t.test('a queued run survives and runs after the restart', async (t) => {
+  t.test('a queued run survives and runs after the restart, announced as nothing recovered: it never started', async (t) => {
     const session = (await api('POST', '/v1/sessions', { tools: [] })).json
     const before = devModel.requests.length
     devModel.script({ hang: true })
-    await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'first' })
+    const first = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'first' })).json.run
     const queued = (await api('POST', `/v1/sessions/${session.id}/messages`, { content: 'second', onBusy: 'enqueue' })).json.run
     await until(async () => devModel.requests.length > before, 5000, 'the first run to call the model')
     devModel.reset()
@@ -143,6 +143,9 @@ t.test('kill -9 at each point of a run, then restart on the same store', async (
     t.equal(run.status, 'completed')
     const messages = (await api('GET', `/v1/sessions/${session.id}/messages`)).json.data
     t.same(messages.map((m: { content: string }) => m.content), ['first', 'second', 'second answer'], 'nothing the client sent is lost')
+    // SPEC 8: each run that was active gets run_recovered; one waiting in the queue was not.
+    const recovered = (await events(session.id)).filter((e) => e.type === 'run_recovered')
+    t.same(recovered.map((e) => [e.runId, e.data.previousStatus]), [[first.id, 'running']], 'run_recovered for the running run only')
   })
 })
 
