@@ -196,7 +196,16 @@ async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRe
 
 function approvalNeeded(ctx: RunContext, toolName: string, askedByHook: boolean): boolean {
   const { approval } = ctx.session
-  return askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).includes(toolName))
+  return askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).some((name) => namesTool(name, toolName)))
+}
+
+/**
+ * An approval.tools entry names the tool, or ends in `*` and covers every tool whose name starts
+ * with what precedes it (`github__*`, `fs_*`), as a hook's tools do: taken as a literal name, such
+ * an entry matched no tool and the calls it was meant to hold ran unasked.
+ */
+function namesTool(entry: string, toolName: string): boolean {
+  return entry.endsWith('*') ? toolName.startsWith(entry.slice(0, -1)) : entry === toolName
 }
 
 async function awaitClient(

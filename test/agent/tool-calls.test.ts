@@ -444,3 +444,17 @@ t.test('GET /v1/tools lists each tool with its JSON Schema', async (t) => {
   t.match(fsRead.parameters, { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] })
   t.notOk(names.includes('bash_run'), 'bash_run is off unless enabled')
 })
+
+t.test('approval.tools takes name* patterns as hooks do: fs_wr* holds fs_write, fs_list runs at once', async (t) => {
+  const ctx = await buildTestApp(t)
+  const { app, devModel } = ctx
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'tools', tools: ['fs_wr*'] } } })).json()
+  t.ok(session.id, 'the session is created')
+  devModel.script({ toolCalls: [{ name: 'fs_list', arguments: {} }] }, { toolCalls: [{ name: 'fs_write', arguments: { path: 'held.txt', content: 'x' } }] }, { text: 'done' })
+  const res = (await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'list, then write' } })).json()
+  t.equal(res.run.status, 'awaiting_approval', 'fs_write waits for a person; it was not written unasked')
+  t.match(res.pendingCall, { name: 'fs_write' })
+  const events = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000&types=permission_required`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
+  t.same(events.map((e) => e.data.call.name), ['fs_write'], 'fs_list did not match the pattern')
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/interrupt` })
+})
