@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Logger } from 'pino'
 import { classified } from '../errors/classified.ts'
+import { truncateUtf8 } from '../tools/output.ts'
 import { capResult } from '../tools/runtime.ts'
 import { toModelToolResult } from '../tools/tool-errors.ts'
 import { retryDelayMs, sleep, type RetryPolicy } from '../agent/retry.ts'
@@ -254,7 +255,21 @@ function preToolUseAnswer(answer: unknown): PreToolUseAnswer {
   if (reason !== undefined && reason !== null && typeof reason !== 'string') {
     throw new HookFailure('HOOK_INVALID_RESPONSE', 'its reason is not a string', false)
   }
-  return { decision: decision as PreToolUseAnswer['decision'], ...(typeof reason === 'string' ? { reason } : {}), ...(input !== undefined ? { input } : {}) }
+  return { decision: decision as PreToolUseAnswer['decision'], ...(typeof reason === 'string' ? { reason: cutReason(reason) } : {}), ...(input !== undefined ? { input } : {}) }
+}
+
+/** Bytes of a hook's reason that are kept: as much as an approval's note. */
+const MAX_REASON_BYTES = 4096
+
+/**
+ * A reason cut to MAX_REASON_BYTES with a note. It is repeated in hook_decided, in the
+ * DENIED_BY_USER message and its detail, in every event that carries the call's error and in the
+ * model's context: whole, one reason as long as the delivery allows (1 MiB) made megabytes of
+ * events and a tool message the context had to cut mid-JSON.
+ */
+function cutReason(reason: string): string {
+  const cut = truncateUtf8(reason, MAX_REASON_BYTES)
+  return cut.truncated ? `${cut.text}… [reason cut: ${cut.bytes} bytes]` : reason
 }
 
 /** A postToolUse answer: empty (keep the output) or `{output}`; anything else is a HookFailure. */

@@ -406,3 +406,23 @@ t.test('a hook answer nested thousands of levels deep is garbage like any other:
   t.match(ofType(events, 'tool:end')[0]?.data.call, { state: 'completed', input: { path: '.' } }, 'the call ran with its own input')
   t.match(toolResults, [{ entries: Array }], 'the model got the output unchanged (onFailure: continue)')
 })
+
+t.test("a preToolUse deny with a huge reason is cut: the model's tool message and the events stay small", async (t) => {
+  // Before, a reason as long as the delivery allows (1 MiB) went whole into hook_decided, the
+  // DENIED_BY_USER message and its detail, every tool event that carries the error, and the model's context.
+  const policy = await startHookServer(t, () => ({ json: { decision: 'deny', reason: `no: ${'r'.repeat(500_000)}` } }))
+  const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ name: 'wordy', on: 'preToolUse', url: policy.url, tools: ['fs_list'] }]) })
+  const session = (await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  ctx.devModel.script({ toolCalls: [{ name: 'fs_list', arguments: {} }] }, { text: 'done' })
+  const res = await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'list' } })
+  t.equal(res.json().run.status, 'completed')
+  const events = await observeEvents(ctx, session.id)
+  const tool = (ctx.devModel.requests.at(-1)?.body.messages as Array<{ role: string; content: string }>).find((m) => m.role === 'tool')
+  t.ok(tool && tool.content.length < 16_000, `the model got ${tool?.content.length} characters`)
+  t.match(JSON.parse(tool?.content ?? '{}'), { code: 'DENIED_BY_USER', error: /denied this call to fs_list: no: r{100}/ })
+  const decided = ofType(events, 'hook_decided')[0]
+  t.equal(decided?.data.decision, 'deny')
+  t.ok(String(decided?.data.reason).length <= 4200, `hook_decided's reason has ${String(decided?.data.reason).length} characters`)
+  const bytes = events.reduce((sum, e) => sum + JSON.stringify(e).length, 0)
+  t.ok(bytes < 100_000, `the run's events take ${bytes} bytes`)
+})
