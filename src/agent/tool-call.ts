@@ -3,7 +3,7 @@ import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { MessageRecord, MessageToolCall, StoreWrite, ToolCallRecord } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
-import { deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from '../tools/tool-errors.ts'
+import { classifyToolError, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from '../tools/tool-errors.ts'
 import type { ToolHookContext } from '../hooks/hooks.ts'
 import { checkToolInput } from '../tools/json-schema.ts'
 import type { ExecuteTool, SessionTool, SessionToolSet, ToolOutcome } from '../tools/tool-set.ts'
@@ -164,7 +164,15 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, start: 
 /** The operator's preToolUse hooks; a rewritten input replaces the call's input (its schema checked again). */
 async function preToolUse(ctx: RunContext, record: ToolCallRecord, tool: SessionTool) {
   if (!ctx.deps.hooks) return null
-  const check = (input: unknown) => (tool.kind === 'client' ? tool.check(input) : checkToolInput(tool.name, tool.tool.parameters, input))
+  const check = (input: unknown) => {
+    if (tool.kind === 'client') return tool.check(input)
+    // A schema the runtime's check passes through (an MCP tool's allOf or pattern) is checked
+    // whole by the tool: a rewrite it refuses is the hook's mistake, not the model's.
+    const invalid = checkToolInput(tool.name, tool.tool.parameters, input)
+    if (invalid) return invalid
+    const whole = tool.tool.checkInput?.(input)
+    return whole ? classifyToolError(tool.tool, whole, input) : null
+  }
   const verdict = await ctx.deps.hooks.beforeToolUse(hookContext(ctx, record), check)
   if (verdict.ok && verdict.input !== undefined) record.input = verdict.input
   return verdict

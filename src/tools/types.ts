@@ -1,6 +1,6 @@
 import type { TSchema, Static } from '@sinclair/typebox'
 import type { Logger } from 'pino'
-import type { RecommendFn } from './tool-errors.ts'
+import type { RecommendFn, ToolFailure } from './tool-errors.ts'
 
 /** What a tool's execute() gets besides its (already validated) input. SPEC 7. */
 export interface ToolContext {
@@ -36,4 +36,10 @@ export interface Tool<S extends TSchema = TSchema> {
    * runtime reports for it (TIMEOUT); undefined for a failure leaves it to the code's general advice.
    */
   recommend?: RecommendFn
+  /**
+   * A whole-schema check of the input, for parameters the runtime's check passes through (an MCP
+   * tool's allOf, $ref or pattern): execute() runs it itself, and a preToolUse hook's rewritten
+   * input is held to it before the call goes on, so a bad rewrite names the hook.
+   */
+  checkInput?: (input: unknown) => ToolFailure | null
 }

@@ -576,3 +576,17 @@ t.test('a Streamable HTTP server that goes away mid-call ends the call classifie
   t.match(toolResults[0], { ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, detail: { reason: 'connection_lost' } })
   t.ok(Date.now() - started < 15_000, 'well before the 20 s timeout')
 })
+
+t.test("a preToolUse hook's rewrite of an MCP tool's input is checked against the whole schema (allOf) and names the hook", async (t) => {
+  // Before, the hook's check passed anything for a schema only Ajv checks (allOf, $ref, a
+  // pattern); the tool's own check then refused it as the model's mistake, naming no hook.
+  const { startHookServer, hooksEnv } = await import('../helpers/hook-server.ts')
+  const rewriter = await startHookServer(t, () => ({ json: { decision: 'allow', input: { a: 'x' } } }))
+  const jsonrpc = new URL('../fixtures/mcp/jsonrpc-server.ts', import.meta.url).pathname
+  const ctx = await appWithMcp(t, { rpc: { command: process.execPath, args: [jsonrpc] } }, {
+    env: hooksEnv(t, [{ name: 'rewriter', on: 'preToolUse', url: rewriter.url, tools: ['rpc__merge'] }])
+  })
+  const { toolResults, events } = await runCalls(ctx, { tools: ['rpc__*'] }, [{ name: 'rpc__merge', arguments: { a: 'x', b: 2 } }])
+  t.match(toolResults[0], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /the hook rewriter gave rpc__merge fail its schema: .*'b'/, detail: { hook: 'rewriter' } })
+  t.ok(events.some((e) => e.type === 'error' && /Hook rewriter/.test(String(e.data.message))), 'a monitor warn names the hook')
+})

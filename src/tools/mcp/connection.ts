@@ -416,6 +416,7 @@ export class McpConnection {
       name,
       description: info.description ?? info.title ?? `${info.name} from the MCP server ${server}`,
       parameters: schema.parameters,
+      ...(schema.check ? { checkInput: schema.check } : {}),
       execute: async (input, ctx) => {
         const invalid = schema.check?.(input)
         if (invalid) throw invalid
