@@ -590,3 +590,13 @@ t.test("a preToolUse hook's rewrite of an MCP tool's input is checked against th
   t.match(toolResults[0], { errorType: 'validation', code: 'VALIDATION_ERROR', error: /the hook rewriter gave rpc__merge fail its schema: .*'b'/, detail: { hook: 'rewriter' } })
   t.ok(events.some((e) => e.type === 'error' && /Hook rewriter/.test(String(e.data.message))), 'a monitor warn names the hook')
 })
+
+t.test("a progress notification's _meta and other fields stay out of tool:progress: {callId, name, progress, total?, message?}", async (t) => {
+  // Before, the notification's _meta went into the stored event whole (200 kB here, up to the 16 MiB message limit).
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'progress_meta', inputSchema: { type: 'object' } }]) })
+  const { toolResults, events } = await runCalls(ctx, { tools: ['raw__progress_meta'] }, [{ name: 'raw__progress_meta', arguments: {} }])
+  t.equal(toolResults[0], 'progressed')
+  const progress = events.filter((e) => e.type === 'tool:progress')
+  t.equal(progress.length, 1)
+  t.same(progress[0]?.data, { callId: progress[0]?.data.callId, name: 'raw__progress_meta', progress: 1, total: 2, message: 'half' })
+})

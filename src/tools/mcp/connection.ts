@@ -436,8 +436,11 @@ export class McpConnection {
           const result = await client.request({ method: 'tools/call', params: { name: info.name, arguments: input as Record<string, unknown> } }, ResultSchema, {
             signal: ctx.signal,
             timeout: NO_SDK_TIMEOUT,
-            onprogress: (progress) => {
-              if (reportProgress()) ctx.emit('progress', { ...progress, ...(progress.message === undefined ? {} : { message: progress.message.slice(0, 1000) }) })
+            onprogress: ({ progress, total, message }) => {
+              // The documented fields only: the notification's _meta (the server's own, any size) is not an event's.
+              if (reportProgress()) {
+                ctx.emit('progress', { progress, ...(total === undefined ? {} : { total }), ...(message === undefined ? {} : { message: message.slice(0, 1000) }) })
+              }
             }
           })
           const text = resultText(result)
