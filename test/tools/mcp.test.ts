@@ -600,3 +600,11 @@ t.test("a progress notification's _meta and other fields stay out of tool:progre
   t.equal(progress.length, 1)
   t.same(progress[0]?.data, { callId: progress[0]?.data.callId, name: 'raw__progress_meta', progress: 1, total: 2, message: 'half' })
 })
+
+t.test('a result in the {toolResult} form of protocol 2024-10-07 (which the SDK negotiates) reaches the model', async (t) => {
+  // Before, it had neither content nor structuredContent, and the model got an empty result.
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'legacy', inputSchema: { type: 'object' } }]) })
+  const { toolResults, run } = await runCalls(ctx, { tools: ['raw__legacy'] }, [{ name: 'raw__legacy', arguments: {} }])
+  t.equal(run.status, 'completed')
+  t.same(toolResults[0], { answer: 42 })
+})

@@ -6,11 +6,19 @@
 
 type Block = { type: string; [key: string]: unknown }
 
-/** The text of a CallToolResult: its blocks in order, and its structuredContent when there is no content. */
+/**
+ * The text of a CallToolResult: its blocks in order, and its structuredContent when there is no
+ * content; or the `toolResult` of a server that speaks protocol 2024-10-07 (the SDK still
+ * negotiates it), which has neither: left out, the model got an empty result.
+ */
 export function resultText(result: Record<string, unknown>): string {
   const blocks = Array.isArray(result['content']) ? (result['content'] as unknown[]) : []
   const parts = blocks.map((block) => (typeof block === 'object' && block !== null ? describeBlock(block as Block) : '[a content block that is not an object; not shown]'))
   if (parts.length === 0 && result['structuredContent'] !== undefined) return JSON.stringify(result['structuredContent'])
+  if (parts.length === 0 && result['content'] === undefined && result['toolResult'] !== undefined) {
+    const legacy = result['toolResult']
+    return typeof legacy === 'string' ? legacy : JSON.stringify(legacy)
+  }
   return parts.join('\n')
 }
 
