@@ -63,6 +63,31 @@ t.test('every operation that takes a body answers a bad one with 400, 413 or 415
   }
 })
 
+t.test('every POST answers a key still being processed with 409 and a reused key with 422 in the envelope, and declares each', async (t) => {
+  const { app } = await buildTestApp(t)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  // The store says what the idempotency plugin asks it; a claim is in progress or was made with another request.
+  const { store } = app.agentd
+  const claim = store.claimIdempotency.bind(store)
+  store.claimIdempotency = async (c) =>
+    c.key === 'held' ? { state: 'in_progress' } : c.key === 'reused' ? { state: 'mismatch' } : claim(c)
+  const validBodies: Record<string, object> = {
+    '/v1/sessions/{id}/messages': { content: 'hello' },
+    '/v1/sessions/{id}/approvals/{callId}': { decision: 'allow' },
+    '/v1/sessions/{id}/tool-results/{callId}': { output: 'blue' }
+  }
+  for (const { path, method, name, op } of operations) {
+    if (method !== 'post') continue
+    const url = path.replace('{id}', session.id).replace('{callId}', 'call_1')
+    const payload = validBodies[path] ?? {}
+    for (const [key, status, code] of [['held', 409, 'IDEMPOTENCY_IN_PROGRESS'], ['reused', 422, 'IDEMPOTENCY_KEY_REUSED']] as const) {
+      const res = await app.inject({ method: 'POST', url, headers: { 'idempotency-key': key }, payload })
+      t.equal(res.json().error?.code, code, `${name} answers ${code}`)
+      t.ok(op.responses[String(status)], `${name} declares ${status}`)
+    }
+  }
+})
+
 t.test('every operation has a summary, tags and an error envelope response', async (t) => {
   t.equal(doc.openapi, '3.1.0')
   t.ok(doc.components.schemas.ErrorEnvelope, 'ErrorEnvelope is a component')

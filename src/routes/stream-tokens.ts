@@ -34,7 +34,7 @@ export const streamTokenRoutes: FastifyPluginAsyncTypebox<{ tokens: StreamTokens
         'and good for 5 minutes unless asked otherwise. A stream opened with it stays open past the expiry; reconnecting needs a fresh one.',
       params: SessionParamsSchema,
       body: StreamTokenBodySchema,
-      response: { 201: answer('The token', StreamTokenSchema), ...errorResponses(400, 401, 404, 413, 415, 422, 429, 500, 503) }
+      response: { 201: answer('The token', StreamTokenSchema), ...errorResponses(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) }
     },
     preValidation: bodyDefaultsToEmpty
   }, async (request, reply) => {

@@ -2766,6 +2766,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorEnvelope"];
                 };
             };
+            /** @description ErrorEnvelope; error.code is one of SESSION_BUSY, NOT_AWAITING, NO_ACTIVE_RUN, IDEMPOTENCY_IN_PROGRESS */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
             /** @description ErrorEnvelope; error.code is one of PAYLOAD_TOO_LARGE */
             413: {
                 headers: {
