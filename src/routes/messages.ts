@@ -4,7 +4,8 @@ import { snapshot } from '../agent/tool-call.ts'
 import { ApiError, apiError, validationError } from '../http/errors.ts'
 import { answer, errorResponses, ref } from '../schemas/common.ts'
 import {
-  AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, ListMessagesQuerySchema, MessageListSchema, PostMessageBodySchema,
+  AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, ListMessagesQuerySchema,
+  MESSAGE_PAGE_SIZE, MessageListSchema, PostMessageBodySchema,
   PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
@@ -95,7 +96,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
-    const { limit, cursor } = request.query
+    const { limit = MESSAGE_PAGE_SIZE, cursor } = request.query
     const after = cursor === undefined ? undefined : decodeMessageCursor(cursor)
     const page = await store.pageMessages(session.id, after === undefined ? { limit: limit + 1 } : { limit: limit + 1, after })
     if (!page) throw badCursor()

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { validationError } from '../http/errors.ts'
 import { errorResponses } from '../schemas/common.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
-import { ListToolCallsQuerySchema, ToolCallPageSchema, type ToolCallView } from '../schemas/tool-calls.ts'
+import { ListToolCallsQuerySchema, TOOL_CALL_PAGE_SIZE, ToolCallPageSchema, type ToolCallView } from '../schemas/tool-calls.ts'
 import type { AuditedToolCall } from '../store/store.ts'
 import { sessionOr404 } from './views.ts'
 
@@ -41,7 +41,7 @@ export const toolCallRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
-    const { limit, cursor } = request.query
+    const { limit = TOOL_CALL_PAGE_SIZE, cursor } = request.query
     const after = cursor === undefined ? undefined : decodeCursor(cursor)
     const page = await store.listSessionToolCalls(session.id, after === undefined ? { limit: limit + 1 } : { limit: limit + 1, after })
     const data = page.slice(0, limit)

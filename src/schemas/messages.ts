@@ -69,9 +69,12 @@ export const FinishedSchema = Type.Object({
   }, { additionalProperties: true, description: 'when the run paused (awaiting_approval or awaiting_tool_result): the call it waits on' }))
 })
 
+/** Messages per page when the query names no limit. */
+export const MESSAGE_PAGE_SIZE = 100
+
 export const ListMessagesQuerySchema = Type.Object(
   {
-    limit: Type.Integer({ minimum: 1, maximum: 1000, default: 100 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: MESSAGE_PAGE_SIZE })),
     cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' }))
   },
   { additionalProperties: false }

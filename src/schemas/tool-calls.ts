@@ -24,9 +24,12 @@ export const ToolCallSchema = Type.Object(
 )
 export type ToolCallView = Static<typeof ToolCallSchema>
 
+/** Tool calls per page when the query names no limit. */
+export const TOOL_CALL_PAGE_SIZE = 20
+
 export const ListToolCallsQuerySchema = Type.Object(
   {
-    limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: TOOL_CALL_PAGE_SIZE })),
     cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' }))
   },
   { additionalProperties: false }

@@ -1754,8 +1754,8 @@ export interface operations {
     };
     listMessages: {
         parameters: {
-            query: {
-                limit: number;
+            query?: {
+                limit?: number;
                 /** @description nextCursor of the previous page */
                 cursor?: string;
             };
@@ -2937,8 +2937,8 @@ export interface operations {
     };
     listToolCalls: {
         parameters: {
-            query: {
-                limit: number;
+            query?: {
+                limit?: number;
                 /** @description nextCursor of the previous page */
                 cursor?: string;
             };
