@@ -85,7 +85,8 @@ const eventTypeSchemas = [
     ...step, durationMs: Type.Number({ minimum: 0 }), usage: ref(UsageSchema)
   }), 'a model call and its tool calls are done'),
   eventOf('TokenUsageEvent', 'monitor', 'token_usage', Type.Object({
-    inputTokens: Type.Integer({ minimum: 0 }), outputTokens: Type.Integer({ minimum: 0 }), totalTokens: Type.Integer({ minimum: 0 })
+    inputTokens: Type.Integer({ minimum: 0 }), outputTokens: Type.Integer({ minimum: 0 }), totalTokens: Type.Integer({ minimum: 0 }),
+    purpose: Type.Optional(StringEnum(['summary'], { description: 'summary: the call that summarised the history (SPEC 12); absent for a step\'s call' }))
   }), 'tokens of one model call'),
   eventOf('ModelRetryEvent', 'monitor', 'model_retry', Type.Object({
     attempt: Type.Integer({ minimum: 1 }),
@@ -108,10 +109,15 @@ const eventTypeSchemas = [
     sealedCalls: Type.Array(Type.String(), { description: 'IDs of the calls that got a sealed result' })
   }), 'after a restart, a run the previous process left unfinished was ended or queued again'),
   eventOf('ContextCompactedEvent', 'monitor', 'context_compacted', Type.Object({
+    ...step,
+    method: StringEnum(['tool_outputs', 'summary', 'truncation']),
     removedMessages: Type.Integer({ minimum: 0 }),
+    cutToolOutputs: Type.Integer({ minimum: 0, description: 'tool outputs cut short' }),
     tokensBefore: Type.Integer({ minimum: 0 }),
     tokensAfter: Type.Integer({ minimum: 0 }),
-    method: Type.String()
+    budget: Type.Integer({ minimum: 0, description: 'the tokens the history had to fit in' }),
+    summaryMessageId: Type.Union([Type.String(), Type.Null()], { description: 'the summary message this compaction wrote, if any' }),
+    harder: Type.Boolean({ description: 'after the provider refused a request as too long' })
   }), 'the history was fitted into the context window (SPEC 12)'),
   eventOf('HookDecidedEvent', 'control', 'hook_decided', Type.Object({
     hook: Type.String({ description: "the hook's name" }),

@@ -29,3 +29,20 @@ export function undocumentedEvents(events: StreamedEvent[]): string[] {
   }
   return problems
 }
+
+/**
+ * The data fields of events that their type's schema in the document does not declare, each as
+ * "type: field": what a client generated from the document cannot read. A tool's own tool:<kind>
+ * events are left out (their data is open by design).
+ */
+export function undeclaredDataFields(events: StreamedEvent[]): string[] {
+  const schemas = Object.values(doc.components.schemas as Record<string, { properties?: Record<string, any> }>)
+  const found = new Set<string>()
+  for (const event of events) {
+    const schema = schemas.find((s) => s.properties?.type?.const === event.type)
+    if (!schema) continue
+    const declared = Object.keys(schema.properties?.data?.properties ?? {})
+    for (const field of Object.keys(event.data)) if (!declared.includes(field)) found.add(`${event.type}: ${field}`)
+  }
+  return [...found]
+}

@@ -1,6 +1,6 @@
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { validatorOf } from '../helpers/event-document.ts'
+import { undeclaredDataFields, undocumentedEvents, validatorOf } from '../helpers/event-document.ts'
 import { readSse, type StreamedEvent } from '../helpers/sse.ts'
 
 t.test('every event a run emits matches the document\'s Event union, in the JSON page and on the SSE stream', async (t) => {
@@ -42,6 +42,7 @@ t.test('every event a run emits matches the document\'s Event union, in the JSON
   for (const event of page.data as StreamedEvent[]) {
     t.ok(validate(event), `${event.seq} ${event.type} matches Event${validate.errors ? `: ${JSON.stringify(validate.errors.slice(0, 3))}` : ''}`)
   }
+  t.same(undeclaredDataFields(page.data), [], 'every data field is declared')
 })
 
 t.test('a tool\'s own tool:<kind> event matches ToolProgressEvent, and a fixed type with the wrong data matches nothing', async (t) => {
@@ -51,4 +52,21 @@ t.test('a tool\'s own tool:<kind> event matches ToolProgressEvent, and a fixed t
   t.notOk(validate({ ...base, type: 'tool:start', data: { callId: 'call_1', name: 'fetch' } }), 'tool:start needs its call')
   t.notOk(validate({ ...base, type: 'done', data: { step: 1, reason: 'bored', runId: 'run_x' } }), 'done with an unknown reason')
   t.notOk(validate({ ...base, channel: 'monitor', type: 'done', data: { step: 1, reason: 'completed', runId: 'run_x' } }), 'done on the wrong channel')
+})
+
+t.test('a compaction\'s context_compacted and the summarising call\'s token_usage carry only fields the document declares', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  devModel.setContextLimit(2400)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [], limits: { contextTokens: 1500 } } })).json()
+  const words = 'the quick brown fox jumps over the lazy dog and then '.repeat(19)
+  for (let i = 0; i < 12; i++) {
+    await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: `turn ${i}: ${words}` } })
+  }
+  const events: StreamedEvent[] = (await app.inject({
+    method: 'GET', url: `/v1/sessions/${session.id}/events?limit=1000`, headers: { accept: 'application/json' }
+  })).json().data
+  t.ok(events.some((e) => e.type === 'context_compacted' && e.data.method === 'summary'), 'the history was summarised')
+  t.ok(events.some((e) => e.type === 'token_usage' && e.data.purpose === 'summary'), 'the summarising call reported its tokens')
+  t.same(undocumentedEvents(events), [], 'every event matches the document')
+  t.same(undeclaredDataFields(events), [], 'and declares every field it carries')
 })

@@ -826,6 +826,11 @@ export interface components {
                 inputTokens: number;
                 outputTokens: number;
                 totalTokens: number;
+                /**
+                 * @description summary: the call that summarised the history (SPEC 12); absent for a step's call
+                 * @enum {string}
+                 */
+                purpose?: "summary";
             };
         };
         /** @description a model call is retried after a retryable error */
@@ -946,10 +951,20 @@ export interface components {
             /** @description X-Request-Id of the request that started the run */
             requestId: string | null;
             data: {
+                step: number;
+                /** @enum {string} */
+                method: "tool_outputs" | "summary" | "truncation";
                 removedMessages: number;
+                /** @description tool outputs cut short */
+                cutToolOutputs: number;
                 tokensBefore: number;
                 tokensAfter: number;
-                method: string;
+                /** @description the tokens the history had to fit in */
+                budget: number;
+                /** @description the summary message this compaction wrote, if any */
+                summaryMessageId: string | null;
+                /** @description after the provider refused a request as too long */
+                harder: boolean;
             };
         };
         /** @description a preToolUse or postToolUse hook decided on a call */
