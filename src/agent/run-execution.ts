@@ -114,7 +114,7 @@ export class RunExecution {
     const ctx = this.#ctx
     const context = new ContextWindow({
       session: ctx.session, defaultTokens: ctx.deps.contextTokens, tools: this.#hooks.tools.definitions, model: ctx.deps.model,
-      historyOffset: offset, runId: ctx.run.id, requestId: ctx.run.requestId, signal: ctx.signal, logger: ctx.log,
+      historyOffset: offset, runId: ctx.run.id, requestId: ctx.run.requestId, trace: ctx.trace, signal: ctx.signal, logger: ctx.log,
       commit: (writes) => ctx.commit(writes),
       event: (channel, type, data) => ctx.event(channel, type, data),
       emit: (channel, type, data) => ctx.emit(channel, type, data),

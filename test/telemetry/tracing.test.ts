@@ -215,3 +215,30 @@ async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void
     await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
+
+t.test("a summarising model call is a chat span of the run and carries its traceparent upstream", async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app, devModel } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  devModel.setContextLimit(2400)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [], limits: { contextTokens: 1500 } } })).json()
+  const words = (tag: string, n: number) => `${tag}: ${'the quick brown fox jumps over the lazy dog and then '.repeat(Math.ceil(n / 11))}`.trim()
+  const send = (content: string, headers: Record<string, string> = {}) =>
+    app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content }, headers })
+  for (let i = 0; i < 2; i++) t.equal((await send(words(`early ${i}`, 250))).json().run.status, 'completed')
+  const before = devModel.requests.length
+  const res = await send(words('late', 700), { traceparent: CLIENT_TRACEPARENT })
+  t.equal(res.json().run.status, 'completed')
+  const upstream = devModel.requests.slice(before)
+  await app.close()
+
+  const summary = upstream.find((r) => /^You summarise/.test((r.body.messages as Array<{ content: string }>)[0]?.content ?? ''))
+  t.ok(summary, 'the run summarised its history')
+  const spans = receiver.spans.filter((span) => span.traceId === CLIENT_TRACE_ID)
+  const [agent] = byName(spans, 'invoke_agent')
+  const chats = byName(spans, `chat ${session.model}`)
+  t.equal(chats.length, 2, 'one chat span for the summary, one for the answer')
+  t.ok(chats.every((span) => span.parentSpanId === agent?.spanId), 'both nest under invoke_agent')
+  t.match(summary?.headers.traceparent, new RegExp(`^00-${CLIENT_TRACE_ID}-`), 'the summary request continues the trace')
+  t.ok(chats.some((span) => summary?.headers.traceparent === `00-${CLIENT_TRACE_ID}-${span.spanId}-01`), 'as its chat span')
+})

@@ -4,6 +4,7 @@ import { newId } from '../../ids.ts'
 import { classifyModelError } from '../../model/model-errors.ts'
 import type { ModelProvider } from '../../model/types.ts'
 import type { Usage } from '../../schemas/common.ts'
+import type { RunTrace } from '../../telemetry/tracing.ts'
 import type { EventChannel, MessageRecord, SessionRecord, StoreWrite } from '../../store/store.ts'
 import { assembleContext, cutText, planContext, truncationText, type Bridge, type ContextPlan, type PlanOptions } from './planner.ts'
 import { messageCount, summarise, summaryFailed } from './summariser.ts'
@@ -23,6 +24,8 @@ export interface ContextWindowOptions {
   historyOffset: number
   runId: string
   requestId: string
+  /** The run's trace: the summarising call is one of its model calls, with a chat span like the others. */
+  trace: RunTrace
   signal: AbortSignal
   logger: Logger
   emit(channel: EventChannel, type: string, data: Record<string, unknown>): Promise<unknown>
@@ -120,15 +123,21 @@ export class ContextWindow {
 
   /** The summary of the plan's older turns, or null when the call failed (reported as a monitor warn). */
   async #summarise(previous: string | null, plan: ContextPlan, options: PlanOptions): Promise<{ text: string; usage: Usage | null } | null> {
+    // Not retried (truncation is the fallback), so it is always attempt 1.
+    const span = this.#options.trace.startModelCall(this.#options.session.model, 1)
     try {
-      return await summarise({
+      const written = await summarise({
         model: this.#options.model, modelName: this.#options.session.model, previous, turns: plan.older,
         counter: options.counter, inputTokens: Math.floor(options.budget * 0.6), outputTokens: plan.bridgeTokens,
-        signal: this.#options.signal, requestId: this.#options.requestId
+        signal: this.#options.signal, requestId: this.#options.requestId, traceparent: span.traceparent
       })
+      span.end({ usage: written.usage })
+      return written
     } catch (err) {
+      const cause = classifyModelError(err).classified
+      span.end({ error: cause, retrying: false })
       if (this.#options.signal.aborted) throw err
-      const error = summaryFailed(classifyModelError(err).classified, messageCount(plan.older))
+      const error = summaryFailed(cause, messageCount(plan.older))
       this.#options.logger.warn({ code: error.code, cause: error.detail?.['cause'] }, 'summarising the history failed, truncating instead')
       await this.#options.emit('monitor', 'error', { severity: 'warn', phase: 'model', message: error.message, detail: error })
       return null

@@ -29,6 +29,8 @@ export interface SummariseRequest {
   outputTokens: number
   signal: AbortSignal
   requestId: string
+  /** The W3C traceparent of the summary's chat span, sent upstream like every model call's. */
+  traceparent?: string | undefined
 }
 
 /** Asks the model for a summary of older turns; throws a ModelError when it fails or writes nothing. */
@@ -54,7 +56,7 @@ export async function summarise(request: SummariseRequest): Promise<{ text: stri
         { role: 'user', content: `Summarise in at most ${Math.floor(request.outputTokens * 0.75)} words:\n\n${transcript}` }
       ],
       maxTokens: request.outputTokens
-    }, { signal: request.signal, requestId: request.requestId })
+    }, { signal: request.signal, requestId: request.requestId, traceparent: request.traceparent })
     for await (const part of parts) {
       if (part.type === 'text') text += part.delta
       else if (part.type === 'finish') usage = part.usage
