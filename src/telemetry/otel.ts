@@ -178,10 +178,19 @@ function traceparentOf(span: Span): string | undefined {
   return carrier.traceparent
 }
 
+/**
+ * The most characters of an error message a span's status keeps. A message can quote what a
+ * provider or a tool answered (a model server's 300 kB HTML error page), and it went whole into
+ * the chat span, again into invoke_agent, and into every retry's span: the batches held by the
+ * exporter grew with it and backends refuse or cut such spans. The run's error keeps it all.
+ */
+const MAX_STATUS_MESSAGE = 1024
+
 /** error.type is the classified code (what a dashboard groups by); the errorType sits beside it. */
 function setError(span: Span, error: ClassifiedError): void {
   span.setAttributes({ [ATTR_ERROR_TYPE]: error.code, [ATTR_AGENTD_ERROR_TYPE]: error.errorType })
-  span.setStatus({ code: SpanStatusCode.ERROR, message: error.message })
+  const message = error.message.length > MAX_STATUS_MESSAGE ? `${error.message.slice(0, MAX_STATUS_MESSAGE - 1)}…` : error.message
+  span.setStatus({ code: SpanStatusCode.ERROR, message })
 }
 
 /** A span may be ended from a success path and then again from the failure that followed it; the first wins. */

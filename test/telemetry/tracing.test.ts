@@ -242,3 +242,22 @@ t.test("a summarising model call is a chat span of the run and carries its trace
   t.match(summary?.headers.traceparent, new RegExp(`^00-${CLIENT_TRACE_ID}-`), 'the summary request continues the trace')
   t.ok(chats.some((span) => summary?.headers.traceparent === `00-${CLIENT_TRACE_ID}-${span.spanId}-01`), 'as its chat span')
 })
+
+t.test("a provider's huge error message is cut in the spans' status, not exported whole with every span", async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app, devModel } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  devModel.script({ status: 400, body: { error: { message: `bad request ${'x'.repeat(300_000)}`, type: 'invalid_request_error' } } })
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' } })
+  t.equal(res.json().run.status, 'failed')
+  await app.close()
+
+  const failed = receiver.spans.filter((span) => span.name === 'invoke_agent' || span.name.startsWith('chat '))
+  t.equal(failed.length, 2, 'the run and its model call')
+  for (const span of failed) {
+    t.equal(span.status.code, STATUS_ERROR)
+    t.match(span.status.message, /^The model provider answered 400: bad request x+/, `${span.name} still says what failed`)
+    t.ok((span.status.message ?? '').length <= 1100, `${span.name}'s status message is bounded (${span.status.message?.length} chars)`)
+  }
+})
