@@ -24,7 +24,9 @@ export const tracingPlugin = fp(
       request.traceparent = span.traceparent
       request.log = request.log.child({ traceId: span.traceId })
       reply.log = request.log
-      reply.raw.once('close', () => span.end({ route: request.routeOptions.url, statusCode: reply.raw.statusCode }))
+      // A response closed before its head went out (the client left a ?wait=true request) sent no
+      // status: res.statusCode is then Node's default 200, which made an abandoned request a success.
+      reply.raw.once('close', () => span.end({ route: request.routeOptions.url, statusCode: reply.raw.headersSent ? reply.raw.statusCode : null }))
     })
   },
   { name: 'agentd-tracing' }

@@ -56,8 +56,10 @@ export function startOtelTracing(options: TracingOptions & { endpoint: string })
         traceId: span.spanContext().traceId,
         end: once(({ route, statusCode }) => {
           if (route) span.updateName(`${request.method} ${route}`).setAttribute(ATTR_HTTP_ROUTE, route)
-          span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode)
-          if (statusCode >= 500) span.setAttribute(ATTR_ERROR_TYPE, String(statusCode)).setStatus({ code: SpanStatusCode.ERROR })
+          // No response went out: error.type says so (a client's choice, not the server's failure, so the status stays unset).
+          if (statusCode === null) span.setAttribute(ATTR_ERROR_TYPE, 'aborted')
+          else span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, statusCode)
+          if (statusCode !== null && statusCode >= 500) span.setAttribute(ATTR_ERROR_TYPE, String(statusCode)).setStatus({ code: SpanStatusCode.ERROR })
           span.end()
         })
       }

@@ -10,7 +10,8 @@ export interface RequestTrace {
   readonly traceparent: string | undefined
   /** The trace ID for the request's log lines; undefined when tracing is off. */
   readonly traceId: string | undefined
-  end(outcome: { route: string | undefined; statusCode: number }): void
+  /** statusCode null: the client left before any response was sent (no status code went out). */
+  end(outcome: { route: string | undefined; statusCode: number | null }): void
 }
 
 /** A span per model call attempt (`chat <model>`). */

@@ -261,3 +261,28 @@ t.test("a provider's huge error message is cut in the spans' status, not exporte
     t.ok((span.status.message ?? '').length <= 1100, `${span.name}'s status message is bounded (${span.status.message?.length} chars)`)
   }
 })
+
+t.test('a request its client leaves before the answer has no status code in its span, and says it was aborted', async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app, devModel } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  devModel.script({ delayMs: 500, text: 'late' })
+  const controller = new AbortController()
+  const left = fetch(`${base}/v1/sessions/${session.id}/messages?wait=true`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ content: 'hi' }), signal: controller.signal
+  }).catch(() => 'left')
+  setTimeout(() => controller.abort(), 100)
+  t.equal(await left, 'left')
+  // The run goes on without its client: its answer is stored once it ends.
+  const answered = async () => (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data.length === 2
+  for (let i = 0; i < 100 && !(await answered()); i++) await new Promise((r) => setTimeout(r, 20))
+  await app.close()
+
+  const [request] = byName(receiver.spans, 'POST /v1/sessions/:id/messages')
+  t.ok(request, 'the request is traced')
+  t.notOk('http.response.status_code' in (request?.attributes ?? {}), 'no status code: none was sent (it said 200)')
+  t.equal(request?.attributes['error.type'], 'aborted')
+  t.equal(byName(receiver.spans, 'invoke_agent')[0]?.attributes['agentd.run.status'], 'completed', 'the run went on')
+})
