@@ -94,7 +94,9 @@ export const metricsPlugin = fp(
           modelRetries.inc({ code: label(data.code) })
           break
         case 'error':
-          if (data.phase === 'model') modelErrors.inc({ code: label(data.detail?.code) })
+          // Only the error that ends a run (severity error): a failed summary is a model-phase
+          // warn that the run survives by truncating, and it was counted as SUMMARY_FAILED here.
+          if (data.phase === 'model' && data.severity === 'error') modelErrors.inc({ code: label(data.detail?.code) })
           if (data.phase === 'system' && typeof data.detail?.detail?.hook === 'string') {
             hookFailures.inc({ hook: hookLabel(data.detail.detail.hook), code: label(data.detail.code) })
           }

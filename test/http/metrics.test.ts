@@ -221,3 +221,19 @@ t.test('with API keys, /metrics is open by default and takes a key when AGENTD_M
   t.equal(allowed.statusCode, 200)
   t.match(allowed.body, /^agentd_runs_total\{status="completed"\} 0$/m)
 })
+
+t.test('a failed summary, which the run survives by truncating, is not counted as a model error that failed a run', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  devModel.setContextLimit(2400)
+  const sessionId = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [], limits: { contextTokens: 1500 } } })).json().id
+  const words = (tag: string, n: number) => `${tag}: ${'the quick brown fox jumps over the lazy dog and then '.repeat(Math.ceil(n / 11))}`.trim()
+  const send = async (content: string) =>
+    (await app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content } })).json().run
+  for (let i = 0; i < 2; i++) t.equal((await send(words(`early ${i}`, 250))).status, 'completed')
+  devModel.script({ status: 500 })
+  t.equal((await send(words('late', 700))).status, 'completed', 'the summary failed and the run went on')
+
+  const { samples } = await scrape(app)
+  t.equal(valueOf(samples, 'agentd_runs_total', { status: 'failed' }), 0)
+  t.same(samples.filter((s) => s.name === 'agentd_model_errors_total'), [], 'no model error failed a run')
+})
