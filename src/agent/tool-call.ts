@@ -91,11 +91,11 @@ export async function commitStart(ctx: RunContext, start: ToolCallStart, writes:
  */
 export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, start: ToolCallStart): Promise<MessageRecord> {
   const { call, record, parsed, startedAt } = start
-  const span = ctx.trace.startToolCall(call.name, call.id)
+  const tool = hooks.tools.get(call.name)
+  const span = ctx.trace.startToolCall(call.name, call.id, tool !== undefined)
 
   let outcome: ToolOutcome
   try {
-    const tool = hooks.tools.get(call.name)
     const screened = tool && parsed.ok ? await preToolUse(ctx, record, tool) : null
     const approval = tool && parsed.ok && screened?.ok !== false ? await approve(ctx, hooks, record, screened?.ask ?? false) : null
     if (!tool) {

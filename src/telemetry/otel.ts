@@ -28,6 +28,9 @@ export const ATTR_AGENTD_ERROR_TYPE = 'agentd.error.type'
 export const ATTR_AGENTD_ATTEMPT = 'agentd.model.attempt'
 export const ATTR_AGENTD_RETRYING = 'agentd.model.retrying'
 
+/** The most characters of a tool name the model made up that a span keeps (a real tool's name has at most 64). */
+const MAX_UNKNOWN_TOOL_NAME = 64
+
 /** Reads the caller's `traceparent` and writes the one sent upstream. */
 const propagator = new W3CTraceContextPropagator()
 
@@ -143,12 +146,16 @@ class SpanRunTrace implements RunTrace {
     }
   }
 
-  startToolCall(name: string, callId: string): ToolCallTrace {
-    const span = this.#tracer.startSpan(`execute_tool ${name}`, {
+  startToolCall(name: string, callId: string, known: boolean): ToolCallTrace {
+    // A name the session has no tool for is the model's text, of any length (a 50 kB name went
+    // into the span's name and attribute) and any variety (each made a span name of its own):
+    // such a span is plain execute_tool, with the name cut; the audit keeps it whole.
+    const toolName = known ? name : name.slice(0, MAX_UNKNOWN_TOOL_NAME)
+    const span = this.#tracer.startSpan(known ? `execute_tool ${name}` : 'execute_tool', {
       kind: SpanKind.INTERNAL,
       attributes: {
         [ATTR_GEN_AI_OPERATION_NAME]: 'execute_tool',
-        [ATTR_GEN_AI_TOOL_NAME]: name,
+        [ATTR_GEN_AI_TOOL_NAME]: toolName,
         [ATTR_GEN_AI_TOOL_CALL_ID]: callId,
         [ATTR_AGENTD_REQUEST_ID]: this.#requestId
       }

@@ -31,7 +31,8 @@ export interface RunTrace {
   /** Runs fn with this run's span active, so that its log lines carry the trace ID. */
   within<T>(fn: () => Promise<T>): Promise<T>
   startModelCall(model: string, attempt: number): ModelCallTrace
-  startToolCall(name: string, callId: string): ToolCallTrace
+  /** `known`: whether the session has a tool of that name (else it is whatever the model wrote). */
+  startToolCall(name: string, callId: string, known: boolean): ToolCallTrace
   end(run: RunRecord): void
 }
 

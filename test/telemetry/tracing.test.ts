@@ -286,3 +286,23 @@ t.test('a request its client leaves before the answer has no status code in its 
   t.equal(request?.attributes['error.type'], 'aborted')
   t.equal(byName(receiver.spans, 'invoke_agent')[0]?.attributes['agentd.run.status'], 'completed', 'the run went on')
 })
+
+t.test("a tool name the model made up is cut in its span, whose name stays execute_tool", async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app, devModel } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  const madeUp = `no_such_tool_${'x'.repeat(50_000)}`
+  devModel.script({ toolCalls: [{ name: madeUp, arguments: {} }, { name: 'fs_list', arguments: { path: '.' } }] }, { text: 'ok' })
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' } })
+  t.equal(res.json().run.status, 'completed')
+  const audit = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/tool-calls` })).json().data
+  t.equal(audit[0]?.name, madeUp, 'the audit keeps the name whole')
+  await app.close()
+
+  const tools = receiver.spans.filter((span) => span.attributes['gen_ai.operation.name'] === 'execute_tool')
+  t.same(tools.map((span) => span.name).sort(), ['execute_tool', 'execute_tool fs_list'], "a real tool's span is named by it, a made-up one's is not")
+  const [unknown] = tools.filter((span) => span.name === 'execute_tool')
+  t.equal(unknown?.attributes['gen_ai.tool.name'], madeUp.slice(0, 64), 'the made-up name is cut to 64 characters')
+  t.match(unknown?.attributes, { 'gen_ai.tool.call.id': audit[0]?.id, 'error.type': 'TOOL_NOT_FOUND' })
+})
