@@ -19,7 +19,7 @@ import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
-import { tracingPlugin } from './http/tracing.ts'
+import { traceRequest, tracingPlugin } from './http/tracing.ts'
 import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
@@ -184,6 +184,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // before any hook runs; they get the envelope and the request ID like every other error.
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
+      traceRequest(tracing, request, reply)
       const message = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path parameter is too long' : 'The URL is malformed'
       return sendApiError(reply, validationError([{ field: 'url', message, keyword: 'url' }], message))
     }

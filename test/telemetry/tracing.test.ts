@@ -306,3 +306,18 @@ t.test("a tool name the model made up is cut in its span, whose name stays execu
   t.equal(unknown?.attributes['gen_ai.tool.name'], madeUp.slice(0, 64), 'the made-up name is cut to 64 characters')
   t.match(unknown?.attributes, { 'gen_ai.tool.call.id': audit[0]?.id, 'error.type': 'TOOL_NOT_FOUND' })
 })
+
+t.test('a URL the router refuses before any hook runs is traced too', async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url } })
+  const malformed = await app.inject({ method: 'GET', url: '/v1/sessions/%zz', headers: { 'x-request-id': 'bad-url', traceparent: CLIENT_TRACEPARENT } })
+  const long = await app.inject({ method: 'GET', url: `/v1/sessions/${'a'.repeat(300)}`, headers: { 'x-request-id': 'long-param' } })
+  t.same([malformed.statusCode, long.statusCode], [400, 400])
+  await app.close()
+
+  const byRequest = (id: string) => receiver.spans.find((span) => span.attributes['agentd.request.id'] === id)
+  t.match(byRequest('bad-url'), { traceId: CLIENT_TRACE_ID, parentSpanId: CLIENT_SPAN_ID, attributes: { 'http.request.method': 'GET', 'http.response.status_code': 400 } })
+  t.match(byRequest('long-param')?.attributes, { 'http.response.status_code': 400 })
+  t.equal(receiver.spans.filter((span) => span.attributes['agentd.request.id'] === 'bad-url').length, 1, 'one span per request')
+})
