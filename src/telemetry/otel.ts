@@ -230,7 +230,7 @@ class ReportingExporter implements SpanExporter {
         this.#failed++
         if (Date.now() - this.#lastReport >= 60_000) {
           this.#lastReport = Date.now()
-          this.#report(result.error, this.#failed)
+          this.#report(withShortData(result.error), this.#failed)
         }
       }
       done(result)
@@ -244,4 +244,19 @@ class ReportingExporter implements SpanExporter {
   async forceFlush(): Promise<void> {
     await this.#inner.forceFlush?.()
   }
+}
+
+/** The most characters of a backend's answer that a failed export's log line keeps. */
+const MAX_EXPORT_ERROR_DATA = 1024
+
+/**
+ * The exporter's error carries the backend's whole answer as `data`: a collector or proxy that
+ * refused spans with a 200 kB page made a 200 kB log line. The start says what went wrong.
+ */
+function withShortData(error: Error | undefined): Error | undefined {
+  const data = (error as { data?: unknown } | undefined)?.data
+  if (error && typeof data === 'string' && data.length > MAX_EXPORT_ERROR_DATA) {
+    (error as { data?: unknown }).data = `${data.slice(0, MAX_EXPORT_ERROR_DATA)}…`
+  }
+  return error
 }

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { buildTestApp, listen } from '../helpers/app.ts'
@@ -320,4 +322,22 @@ t.test('a URL the router refuses before any hook runs is traced too', async (t) 
   t.match(byRequest('bad-url'), { traceId: CLIENT_TRACE_ID, parentSpanId: CLIENT_SPAN_ID, attributes: { 'http.request.method': 'GET', 'http.response.status_code': 400 } })
   t.match(byRequest('long-param')?.attributes, { 'http.response.status_code': 400 })
   t.equal(receiver.spans.filter((span) => span.attributes['agentd.request.id'] === 'bad-url').length, 1, 'one span per request')
+})
+
+t.test("a backend that refuses spans with a long answer is logged with the start of it, not all of it", async (t) => {
+  const backend = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => res.writeHead(400, { 'content-type': 'text/plain' }).end(`refused: ${'E'.repeat(200_000)}`))
+  })
+  await new Promise<void>((resolve) => backend.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => backend.close())
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(backend.address() as AddressInfo).port}` }, logLines })
+  t.equal((await app.inject({ method: 'GET', url: '/healthz' })).statusCode, 200)
+  await app.close()
+
+  const [warning] = logLines.filter((line) => line.includes('trace export failed'))
+  t.ok(warning, 'the failure is logged')
+  t.match(JSON.parse(warning ?? '{}').err, { message: 'Bad Request', data: /^refused: E+…$/ }, "with the start of the backend's answer")
+  t.ok((warning ?? '').length < 8000, `the line is bounded (${warning?.length} characters)`)
 })
