@@ -19,7 +19,7 @@ import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
-import { traceRequest, tracingPlugin } from './http/tracing.ts'
+import { traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
 import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
@@ -176,6 +176,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     http: { connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeoutMs / 6))) },
     logger: withRedaction(options.logger ?? { level: config.logLevel }, tracing.enabled ? () => tracing.logFields() : undefined),
     genReqId: requestIdFor,
+    // Without tracing Fastify's own factory stays, which skips making loggers a route does not use.
+    ...(tracing.enabled ? { childLoggerFactory: tracedRequestLogger(tracing) } : {}),
     bodyLimit: config.bodyLimit,
     return503OnClosing: false,
     schemaController: { compilersFactory: { buildValidator: buildValidators as unknown as ValidatorFactory } },

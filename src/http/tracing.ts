@@ -1,6 +1,24 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { IncomingMessage } from 'node:http'
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Tracing } from '../telemetry/tracing.ts'
+import type { RequestTrace, Tracing } from '../telemetry/tracing.ts'
+
+/** Each request's span, from its logger's creation (tracedRequestLogger) until traceRequest takes it up. */
+const started = new WeakMap<IncomingMessage, RequestTrace>()
+
+/**
+ * Fastify's childLoggerFactory: starts the request's span as its logger is made, so that every
+ * line of the request has the trace ID. Started in onRequest, the span came after Fastify's
+ * `incoming request` line, which had none.
+ */
+export function tracedRequestLogger(tracing: Tracing) {
+  return (logger: FastifyBaseLogger, bindings: Record<string, unknown>, options: object, raw: IncomingMessage): FastifyBaseLogger => {
+    const requestId = String(bindings['reqId'] ?? '')
+    const span = tracing.startRequest(raw.headers, { method: raw.method ?? '', path: (raw.url ?? '').split('?')[0] ?? '', requestId })
+    started.set(raw, span)
+    return logger.child({ ...bindings, traceId: span.traceId }, options)
+  }
+}
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -27,16 +45,17 @@ export const tracingPlugin = fp(
 )
 
 /**
- * Starts the request's span, which ends when its response closes. Also called by the router's
+ * Takes up the request's span (started with its logger), which ends when its response closes. Also called by the router's
  * frameworkErrors handler: a URL the router refuses (bad percent-encoding, a path parameter too
  * long) is answered before any hook runs, and such requests had no span at all.
  */
 export function traceRequest(tracing: Tracing, request: FastifyRequest, reply: FastifyReply): void {
   if (!tracing.enabled) return
-  const span = tracing.startRequest(request.headers, { method: request.method, path: request.url.split('?')[0] ?? '', requestId: request.id })
+  const span = started.get(request.raw)
+  // Once per request: frameworkErrors answers before the hooks, which then do not run.
+  if (!span) return
+  started.delete(request.raw)
   request.traceparent = span.traceparent
-  request.log = request.log.child({ traceId: span.traceId })
-  reply.log = request.log
   // A response closed before its head went out (the client left a ?wait=true request) sent no
   // status: res.statusCode is then Node's default 200, which made an abandoned request a success.
   reply.raw.once('close', () => span.end({ route: request.routeOptions.url, statusCode: reply.raw.headersSent ? reply.raw.statusCode : null }))

@@ -341,3 +341,20 @@ t.test("a backend that refuses spans with a long answer is logged with the start
   t.match(JSON.parse(warning ?? '{}').err, { message: 'Bad Request', data: /^refused: E+…$/ }, "with the start of the backend's answer")
   t.ok((warning ?? '').length < 8000, `the line is bounded (${warning?.length} characters)`)
 })
+
+t.test("every log line of a request carries its trace ID, Fastify's 'incoming request' first of all", async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url }, logLines })
+  t.equal((await app.inject({ method: 'GET', url: '/healthz', headers: { 'x-request-id': 'logged-1', traceparent: CLIENT_TRACEPARENT } })).statusCode, 200)
+  t.equal((await app.inject({ method: 'GET', url: '/v1/sessions/%zz', headers: { 'x-request-id': 'logged-2', traceparent: CLIENT_TRACEPARENT } })).statusCode, 400)
+  await app.close()
+
+  for (const id of ['logged-1', 'logged-2']) {
+    const lines = logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.reqId === id)
+    t.ok(lines.some((line) => line.msg === 'incoming request'), `${id}: Fastify logged the request`)
+    t.same(lines.filter((line) => line.traceId !== CLIENT_TRACE_ID).map((line) => line.msg), [], `${id}: every line has the trace ID`)
+  }
+  t.equal(receiver.spans.filter((span) => span.attributes['agentd.request.id'] === 'logged-1').length, 1, 'one span per request')
+})
