@@ -6,7 +6,7 @@ import { classified, classifyException } from '../errors/classified.ts'
 import { classifyToolError, deniedByUser, toModelToolResult, toolInterrupted, toolNotFound } from '../tools/tool-errors.ts'
 import type { ToolHookContext } from '../hooks/hooks.ts'
 import { checkToolInput } from '../tools/json-schema.ts'
-import type { ExecuteTool, SessionTool, SessionToolSet, ToolOutcome } from '../tools/tool-set.ts'
+import { namePatternCovers, type ExecuteTool, type SessionTool, type SessionToolSet, type ToolOutcome } from '../tools/tool-set.ts'
 import type { ApprovalDecision, ClientToolResult } from './run-coordinator.ts'
 import { now, type RunContext } from './run-context.ts'
 
@@ -202,18 +202,11 @@ async function approve(ctx: RunContext, hooks: ToolCallHooks, record: ToolCallRe
   return { decision, note }
 }
 
+// approval.tools takes patterns as a hook's tools do: `github__*`, taken as a literal name, matched no
+// tool, and the calls it was meant to hold ran unasked.
 function approvalNeeded(ctx: RunContext, toolName: string, askedByHook: boolean): boolean {
   const { approval } = ctx.session
-  return askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).some((name) => namesTool(name, toolName)))
-}
-
-/**
- * An approval.tools entry names the tool, or ends in `*` and covers every tool whose name starts
- * with what precedes it (`github__*`, `fs_*`), as a hook's tools do: taken as a literal name, such
- * an entry matched no tool and the calls it was meant to hold ran unasked.
- */
-function namesTool(entry: string, toolName: string): boolean {
-  return entry.endsWith('*') ? toolName.startsWith(entry.slice(0, -1)) : entry === toolName
+  return askedByHook || approval.mode === 'always' || (approval.mode === 'tools' && (approval.tools ?? []).some((pattern) => namePatternCovers(pattern, toolName)))
 }
 
 async function awaitClient(

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { namePatternCovers } from '../tools/tool-set.ts'
 
 export type HookEvent = 'preToolUse' | 'postToolUse' | 'runEnd'
 export type HookOnFailure = 'continue' | 'deny'
@@ -117,7 +118,7 @@ function parseHook(raw: unknown, index: number): HookDefinition {
 /** Whether a tool hook sees calls to this tool. */
 export function hookCovers(hook: HookDefinition, toolName: string): boolean {
   if (hook.tools === null) return true
-  return hook.tools.some((pattern) => (pattern.endsWith('*') ? toolName.startsWith(pattern.slice(0, -1)) : pattern === toolName))
+  return hook.tools.some((pattern) => namePatternCovers(pattern, toolName))
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {

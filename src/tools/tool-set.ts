@@ -38,3 +38,11 @@ export type ExecuteTool = (
 
 /** How a tool call ended: its result, or its classified error. */
 export type ToolOutcome = { ok: true; result: unknown } | { ok: false; error: ClassifiedError }
+
+/**
+ * Whether a name pattern of an operator's or a session's tool list (a hook's `tools`, a session's
+ * `approval.tools`) covers a tool: the tool's name, or a prefix ending in `*` (`github__*`, `fs_*`).
+ */
+export function namePatternCovers(pattern: string, toolName: string): boolean {
+  return pattern.endsWith('*') ? toolName.startsWith(pattern.slice(0, -1)) : pattern === toolName
+}
