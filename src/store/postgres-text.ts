@@ -44,9 +44,9 @@ const TEXT_OID = 25
 
 /** Type parsers that read `text` through fromPgText and every other type as pg does. */
 export const pgTextTypes = {
-  getTypeParser(oid: number, format?: 'text' | 'binary'): (value: string) => unknown {
-    if (oid === TEXT_OID && format !== 'binary') return fromPgText
-    return format === undefined ? pg.types.getTypeParser(oid) : pg.types.getTypeParser(oid, format as 'text')
+  getTypeParser(oid: number, format: 'text' | 'binary' = 'text'): (value: string) => unknown {
+    if (format === 'binary') return pg.types.getTypeParser(oid, 'binary')
+    return oid === TEXT_OID ? fromPgText : pg.types.getTypeParser(oid, 'text')
   }
 }
 

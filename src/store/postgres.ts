@@ -413,7 +413,7 @@ export class PostgresStore implements Store {
     // A claim in progress whose lease has passed was left by a holder that is gone: take it over.
     // When it has passed is the database's clock's to say (leaseFromNow), as for run leases.
     const inserted = await this.#query(`INSERT INTO idempotency (tenant, key, fingerprint, state, created_at, lease_until)
-      VALUES ($1, $2, $3, 'in_progress', $4, ${LEASE_UNTIL.replace('$ms', '$5')})
+      VALUES ($1, $2, $3, 'in_progress', $4, ${leaseSql('$5')})
       ON CONFLICT (tenant, key) DO UPDATE SET fingerprint = excluded.fingerprint, created_at = excluded.created_at,
         lease_until = excluded.lease_until
       WHERE idempotency.state = 'in_progress' AND idempotency.lease_until::timestamptz < now()`,
@@ -429,7 +429,7 @@ export class PostgresStore implements Store {
   }
 
   async renewIdempotency(tenant: string, key: string, leaseUntil: string): Promise<void> {
-    await this.#query(`UPDATE idempotency SET lease_until = ${LEASE_UNTIL.replace('$ms', '$1')} WHERE tenant = $2 AND key = $3 AND state = 'in_progress'`,
+    await this.#query(`UPDATE idempotency SET lease_until = ${leaseSql('$1')} WHERE tenant = $2 AND key = $3 AND state = 'in_progress'`,
       [leaseFromNow(leaseUntil), tenant, key])
   }
 
@@ -723,12 +723,12 @@ const INSERT_SESSION_WITH_ROOM = `WITH counted AS (${LOCK_TENANT_COUNT.replace('
   FROM counted WHERE counted.sessions < $17::integer`
 
 /**
- * An idempotency claim's lease as the database's clock has it: `$ms` milliseconds from its now, as
+ * SQL for an idempotency claim's lease as the database's clock has it: `ms` (a parameter) milliseconds from its now, as
  * ISO-8601 text (the column's form). Processes on several machines must agree on when a claim has
  * lapsed; judged by each one's own clock, one running ahead of the holder's by more than the
  * lease took over a live claim, and processed the request a second time.
  */
-const LEASE_UNTIL = `to_char((now() + $ms * interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+const leaseSql = (ms: string): string => `to_char((now() + ${ms} * interval '1 millisecond') AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
 
 /** How far ahead of this process's now `until` is: a caller's lease, to be counted from the database's now. */
 function leaseFromNow(until: string): number {
