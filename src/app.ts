@@ -187,6 +187,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
       traceRequest(tracing, request, reply)
+      // Fastify runs no onResponse hook for them and writes no 'request completed' line: both are done here.
+      const started = performance.now()
+      reply.raw.once('finish', () => {
+        const responseTime = performance.now() - started
+        request.log.info({ res: reply, responseTime }, 'request completed')
+        app.observeRequest(request, reply, responseTime / 1000)
+      })
       const message = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path parameter is too long' : 'The URL is malformed'
       return sendApiError(reply, validationError([{ field: 'url', message, keyword: 'url' }], message))
     }

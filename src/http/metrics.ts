@@ -1,5 +1,5 @@
 import { Type } from '@sinclair/typebox'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
 import { errorResponses } from '../schemas/common.ts'
@@ -17,6 +17,13 @@ const STATUS_BY_DONE_REASON: Readonly<Record<string, string>> = {
 const label = (value: unknown): string => (typeof value === 'string' && /^[A-Za-z0-9_]{1,64}$/.test(value) ? value : 'UNKNOWN')
 /** Hook names as the hooks file allows them (and the `preToolUse#0` default). */
 const hookLabel = (value: unknown): string => (typeof value === 'string' && /^[A-Za-z0-9._:#-]{1,64}$/.test(value) ? value : 'UNKNOWN')
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Counts an answered request in the latency histogram; onResponse calls it, and so does what answers without hooks (frameworkErrors). */
+    observeRequest(request: FastifyRequest, reply: FastifyReply, seconds: number): void
+  }
+}
 
 /**
  * GET /metrics in the Prometheus text format, fed by the event log (runs, tool and model errors,
@@ -121,11 +128,13 @@ export const metricsPlugin = fp(
     app.addHook('onSend', async (request) => {
       replied.add(request)
     })
-    app.addHook('onResponse', async (request, reply) => {
-      if (!replied.has(request)) return
+    app.decorate('observeRequest', (request: FastifyRequest, reply: FastifyReply, seconds: number) => {
       // The route pattern, never the raw URL: IDs in labels would grow without bound.
       const route = request.is404 ? 'unmatched' : (request.routeOptions.url ?? 'unmatched')
-      requestDuration.observe({ method: request.method, route, status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
+      requestDuration.observe({ method: request.method, route, status_code: String(reply.statusCode) }, seconds)
+    })
+    app.addHook('onResponse', async (request, reply) => {
+      if (replied.has(request)) app.observeRequest(request, reply, reply.elapsedTime / 1000)
     })
 
     app.addHook('onClose', async () => {

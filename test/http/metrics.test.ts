@@ -198,6 +198,24 @@ t.test('request latency is labelled by route pattern and status, never by raw UR
   t.notMatch(text, /["/](ses|run|msg|call)_[A-Za-z0-9]/, 'no ID in any label')
 })
 
+t.test('a URL the router refuses before any hook runs is counted and logged like any answered request', async (t) => {
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { logLines })
+  const malformed = await app.inject({ method: 'GET', url: '/v1/sessions/%zz', headers: { 'x-request-id': 'bad-url' } })
+  const long = await app.inject({ method: 'GET', url: `/v1/sessions/${'a'.repeat(300)}`, headers: { 'x-request-id': 'long-param' } })
+  t.same([malformed.statusCode, long.statusCode], [400, 400])
+
+  const { text, samples } = await scrape(app)
+  t.equal(valueOf(samples, 'agentd_http_request_duration_seconds_count', { method: 'GET', route: 'unmatched', status_code: '400' }), 2, 'both, under the one label of unmatched routes')
+  t.notOk(text.includes('%zz') || text.includes('aaaa'), 'the raw URL appears nowhere')
+  for (const id of ['bad-url', 'long-param']) {
+    const completed = logLines.map((line) => JSON.parse(line)).filter((line) => line.reqId === id && line.msg === 'request completed')
+    t.equal(completed.length, 1, `${id}: one 'request completed' line`)
+    t.equal(completed[0]?.res?.statusCode, 400, `${id}: with its status`)
+    t.type(completed[0]?.responseTime, 'number', `${id}: and its response time`)
+  }
+})
+
 t.test('each app has its own registry: two apps in one process count separately', async (t) => {
   const one = await buildTestApp(t)
   const two = await buildTestApp(t)
