@@ -96,6 +96,11 @@ export class RunManager {
     return this.#executions.size
   }
 
+  /** Traceparents held for runs accepted here that have not started yet (tests check that none outlives its run). */
+  get heldTraceparents(): number {
+    return this.#traceparents.size
+  }
+
   /** Accepts a user message as a new run (per onBusy), which starts when its session is free. */
   async submit(input: {
     session: SessionRecord; content: string; onBusy: OnBusy; requestId: string; traceparent?: string | undefined
@@ -221,6 +226,8 @@ export class RunManager {
 
   /** Records a run that never started as cancelled (done: interrupted). */
   async #endQueued(run: RunRecord, tenant?: string): Promise<RunRecord> {
+    // It will never start, so nothing will take its traceparent.
+    this.#traceparents.delete(run.id)
     const endedAt = new Date().toISOString()
     const ended: RunRecord = { ...run, status: 'cancelled', endedAt }
     try {
