@@ -1,6 +1,9 @@
-import { request as httpRequest, type ClientRequest } from 'node:http'
+import { createServer, request as httpRequest, type ClientRequest } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 import t from 'tap'
+import { startDevModel, type DevModel } from '../../src/model/dev-model.ts'
+import { createOpenAIProvider } from '../../src/model/provider.ts'
 import { buildTestApp, listen } from '../helpers/app.ts'
 import { readSse } from '../helpers/sse.ts'
 
@@ -42,6 +45,24 @@ async function newSession(app: FastifyInstance): Promise<string> {
 async function runToEnd(app: FastifyInstance, sessionId: string): Promise<{ id: string; status: string; usage: { inputTokens: number; outputTokens: number } }> {
   const res = await app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content: 'go' } })
   return res.json().run
+}
+
+/** An OpenAI-compatible server whose answers carry no usage, as some do: the dev model behind a proxy that drops stream_options. */
+async function withoutUsage(t: { teardown(fn: () => unknown): void }, devModel: DevModel): Promise<string> {
+  const server = createServer(async (req, res) => {
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    const body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+    delete body.stream_options
+    const upstream = await fetch(`${devModel.url.replace(/\/v1$/, '')}${req.url}`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body)
+    })
+    res.writeHead(upstream.status, { 'content-type': upstream.headers.get('content-type') ?? 'application/json' })
+    res.end(Buffer.from(await upstream.arrayBuffer()))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => server.close())
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`
 }
 
 async function until(check: () => Promise<boolean>, what: string): Promise<void> {
@@ -254,4 +275,24 @@ t.test('a failed summary, which the run survives by truncating, is not counted a
   const { samples } = await scrape(app)
   t.equal(valueOf(samples, 'agentd_runs_total', { status: 'failed' }), 0)
   t.same(samples.filter((s) => s.name === 'agentd_model_errors_total'), [], 'no model error failed a run')
+})
+
+t.test('a summarising call whose answer carries no usage is counted as a model call, like the others', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const model = createOpenAIProvider({ kind: 'dev', apiKey: 'test-key', baseURL: await withoutUsage(t, devModel) })
+  t.teardown(() => model.close())
+  const { app } = await buildTestApp(t, { devModel, app: { model } })
+  const sessionId = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [], limits: { contextTokens: 1500 } } })).json().id
+  const words = (tag: string, n: number) => `${tag}: ${'the quick brown fox jumps over the lazy dog and then '.repeat(Math.ceil(n / 11))}`.trim()
+  for (const content of [words('early 0', 250), words('early 1', 250), words('late', 700)]) {
+    const res = await app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content } })
+    t.equal(res.json().run.status, 'completed')
+  }
+  const summaries = devModel.requests.filter((request) => String(request.body.messages[0]?.content).startsWith('You summarise'))
+  t.ok(summaries.length > 0, 'the history was summarised')
+  t.ok(devModel.requests.every((request) => request.body.stream_options === undefined), 'no answer carried usage')
+
+  const { samples } = await scrape(app)
+  t.equal(valueOf(samples, 'agentd_model_calls_total'), devModel.requests.length, 'every model call, the summarising ones included')
 })

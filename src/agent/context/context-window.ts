@@ -3,7 +3,7 @@ import type { Logger } from 'pino'
 import { newId } from '../../ids.ts'
 import { classifyModelError } from '../../model/model-errors.ts'
 import type { ModelProvider } from '../../model/types.ts'
-import type { Usage } from '../../schemas/common.ts'
+import { emptyUsage, type Usage } from '../../schemas/common.ts'
 import type { RunTrace } from '../../telemetry/tracing.ts'
 import type { EventChannel, MessageRecord, SessionRecord, StoreWrite } from '../../store/store.ts'
 import { assembleContext, cutText, planContext, truncationText, type Bridge, type ContextPlan, type PlanOptions } from './planner.ts'
@@ -83,16 +83,15 @@ export class ContextWindow {
           id: newId('msg'), sessionId: session.id, runId: this.#options.runId, role: 'summary', content: text,
           replacesMessages, createdAt: new Date().toISOString()
         }
-        const writes: StoreWrite[] = [{ type: 'message', message: summary }]
-        if (written.usage) {
-          this.#options.onUsage(written.usage)
-          // One token_usage per model call, the summarising one too, so that clients and metrics that sum them agree with the run.
-          writes.push(
-            { type: 'usage', sessionId: session.id, usage: written.usage },
-            this.#options.event('monitor', 'token_usage', { ...written.usage, purpose: 'summary' })
-          )
-        }
-        await this.#options.commit(writes)
+        // One token_usage per model call, the summarising one too, so that clients and metrics that
+        // sum or count them agree with the run; a reply without usage counts as zero tokens, as a step's does.
+        const usage = written.usage ?? emptyUsage()
+        this.#options.onUsage(usage)
+        await this.#options.commit([
+          { type: 'message', message: summary },
+          { type: 'usage', sessionId: session.id, usage },
+          this.#options.event('monitor', 'token_usage', { ...usage, purpose: 'summary' })
+        ])
         history.push(summary)
         bridge = { kind: 'summary', text, messages: replacesMessages }
         summaryMessageId = summary.id
