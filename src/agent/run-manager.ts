@@ -243,10 +243,15 @@ export class RunManager {
       ])
     } catch (err) {
       // A deleted session leaves nothing to record.
-      if (!isSessionGone(err)) this.#options.logger.error({ err, runId: run.id }, 'could not record a cancelled queued run')
+      if (!isSessionGone(err)) this.#log(run).error({ err }, 'could not record a cancelled queued run')
     }
     await this.#runEnded(ended, tenant)
     return ended
+  }
+
+  /** A logger for lines about a run, bound as the run's own lines are (RunContext): its request ID on each (SPEC 6). */
+  #log(run: RunRecord): Logger {
+    return this.#options.logger.child({ reqId: run.requestId, sessionId: run.sessionId, runId: run.id })
   }
 
   /** Tells the operator's runEnd hooks (in the background); a run of a deleted session has no one to tell. */
@@ -290,7 +295,7 @@ export class RunManager {
     void this.#execute(record, execution, accepted).then(async ({ run, tenant, ended }) => {
       detach()
       this.#executions.delete(record.id)
-      await coordinator.release(record, ended).catch((err: unknown) => this.#options.logger.error({ err, runId: record.id }, 'could not release a run'))
+      await coordinator.release(record, ended).catch((err: unknown) => this.#log(record).error({ err }, 'could not release a run'))
       settle(run)
       // A run that never started told the hooks when it was recorded (#endQueued). One whose end
       // the store did not record is not over yet: the recovery ends it and tells them (recover()),
@@ -308,7 +313,7 @@ export class RunManager {
   async #execute(
     record: RunRecord, execution: Execution, accepted: Promise<boolean> | null
   ): Promise<{ run: RunRecord; tenant: string | null; ended: boolean }> {
-    const { store, logger } = this.#options
+    const { store } = this.#options
     const signal = execution.controller.signal
     const traceparent = this.#traceparents.get(record.id)
     this.#traceparents.delete(record.id)
@@ -349,7 +354,7 @@ export class RunManager {
       // It never started (its session or its tools could not be had): it ends as any failed run
       // does, so that its streams end and its session goes on. When the session cannot even be
       // read, the store is what fails: the recovery takes the run up again (RunCoordinator.release).
-      logger.error({ err, runId: record.id }, 'run could not start')
+      this.#log(record).error({ err }, 'run could not start')
       const session = submitted ?? (await store.getSessionById(record.sessionId).catch(() => null))
       if (!session) return { run: failed, tenant, ended: false }
       const ctx = new RunContext(session, { ...record }, this.#dependencies(), signal)

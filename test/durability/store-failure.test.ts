@@ -144,6 +144,26 @@ t.test('a unit committed while the run goes on fails the run before anything lat
  * stream open until the store writes again; then the recovery ends it (run_recovered, done) and
  * everything goes on. Nothing is left running in the store, and no stream waits forever.
  */
+t.test("the log lines of a queued run whose cancellation the store could not record carry the run's request ID", async (t) => {
+  const logLines: string[] = []
+  const { app, devModel } = await buildTestApp(t, { logLines })
+  const disk = fullDisk(app.agentd.store)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'slow', delayMs: 300 })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'a' }, headers: { 'x-request-id': 'first-req' } })
+  const queued = await app.inject({
+    method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'b', onBusy: 'enqueue' }, headers: { 'x-request-id': 'queued-req' }
+  })
+  t.equal(queued.statusCode, 202)
+  disk.full = true
+  await app.agentd.drain(0)
+  disk.full = false
+
+  const lines = logLines.map((line) => JSON.parse(line)).filter((line) => line.runId === queued.json().run.id)
+  t.ok(lines.some((line) => line.msg === 'could not record a cancelled queued run'), 'the failure is logged')
+  t.same(lines.filter((line) => line.reqId !== 'queued-req').map((line) => line.msg), [], 'every line of the run has its request ID')
+})
+
 t.test('a full disk: 503s meanwhile, and each run is ended once the store writes again', async (t) => {
   const sessionEvents = async (app: Awaited<ReturnType<typeof buildTestApp>>['app'], sessionId: string) =>
     (await app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json().data as StreamedEvent[]
