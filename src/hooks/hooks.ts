@@ -180,13 +180,15 @@ export class HookRunner {
 
   async #deliverRunEnd(hook: HookDefinition, run: RunRecord, payload: Record<string, unknown>): Promise<void> {
     const deliveryId = randomUUID()
+    // Lines about a run carry its request ID (SPEC 6), as the run's own do.
+    const log = this.#log.child({ reqId: run.requestId, sessionId: run.sessionId, runId: run.id })
     for (let attempt = 0; ; attempt++) {
       try {
         await this.#client.deliver({ hook, payload, deliveryId, requestId: run.requestId, signal: this.#stopping.signal, ignoreAnswer: true })
         return
       } catch (err) {
         if (!(err instanceof HookFailure)) {
-          this.#log.warn({ hook: hook.name, runId: run.id, deliveryId, attempts: attempt + 1 }, 'runEnd delivery stopped: the service is shutting down')
+          log.warn({ hook: hook.name, deliveryId, attempts: attempt + 1 }, 'runEnd delivery stopped: the service is shutting down')
           return
         }
         const last = !err.retryable || attempt >= this.#retry.maxRetries
@@ -195,16 +197,16 @@ export class HookRunner {
           ? `giving up after ${attempt + 1} attempt${attempt === 0 ? '' : 's'}`
           : `retry ${attempt + 1} of ${this.#retry.maxRetries} in ${delayMs} ms`
         const detail = err.classify(hook)
-        this.#log.warn({ hook: hook.name, code: err.code, runId: run.id, deliveryId, attempt: attempt + 1 }, `${detail.message}; ${consequence}`)
+        log.warn({ hook: hook.name, code: err.code, deliveryId, attempt: attempt + 1 }, `${detail.message}; ${consequence}`)
         await this.#events.append({
           sessionId: run.sessionId, runId: run.id, channel: 'monitor', type: 'error', at: new Date().toISOString(), requestId: run.requestId,
           data: { severity: 'warn', phase: 'system', message: `${detail.message}; ${consequence}`, detail: { ...detail, detail: { ...detail.detail, deliveryId, attempt: attempt + 1 } } }
-        }).catch((appendErr: unknown) => this.#log.warn({ err: appendErr, runId: run.id }, 'could not record a runEnd hook failure (session deleted?)'))
+        }).catch((appendErr: unknown) => log.warn({ err: appendErr }, 'could not record a runEnd hook failure (session deleted?)'))
         if (last) return
         try {
           await sleep(delayMs, this.#stopping.signal)
         } catch {
-          this.#log.warn({ hook: hook.name, runId: run.id, deliveryId }, 'runEnd delivery stopped: the service is shutting down')
+          log.warn({ hook: hook.name, deliveryId }, 'runEnd delivery stopped: the service is shutting down')
           return
         }
       }

@@ -361,6 +361,19 @@ t.test('runEnd gives up after its retries and a refusing (4xx) receiver is not r
   t.equal(refusing.received.length, 1)
 })
 
+t.test("a failed runEnd delivery is logged with the run's request ID", async (t) => {
+  const refusing = await startHookServer(t, () => ({ status: 400, text: 'bad' }))
+  const logLines: string[] = []
+  const { app, devModel } = await buildTestApp(t, { logLines, env: hooksEnv(t, [{ on: 'runEnd', url: refusing.url }]) })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  devModel.script({ text: 'hello' })
+  const res = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' }, headers: { 'x-request-id': 'run-end-req' } })
+  const runId = res.json().run.id
+  const lines = () => logLines.map((line) => JSON.parse(line)).filter((line) => line.runId === runId && line.hook === 'runEnd#0')
+  await until(async () => lines().length > 0, 5000, 'the failed delivery to be logged')
+  t.match(lines()[0], { reqId: 'run-end-req', sessionId: session.id, msg: /answered HTTP 400; giving up/ })
+})
+
 t.test('an interrupt does not wait for a hung hook: the run is cancelled at once and the call sealed', async (t) => {
   const hung = await startHookServer(t, () => ({ hang: true }))
   const ctx = await buildTestApp(t, { env: hooksEnv(t, [{ on: 'preToolUse', url: hung.url, timeoutMs: 30_000 }]) })
