@@ -78,5 +78,26 @@ function equal(a: string, b: string): boolean {
 /** The one route that takes `?token=`. */
 export const TOKEN_PATH = /^\/v1\/sessions\/([^/]+)\/events$/
 
-/** The URL with any `token` query value replaced, for log lines: a token is a credential. */
-export const redactStreamToken = (url: string) => url.replace(/([?&]token=)[^&#]*/gi, '$1[redacted]')
+/**
+ * The URL with any `token` query value replaced, for log lines: a token is a credential. Names
+ * are compared decoded, as the query parser reads them: `?%74oken=` is a token too.
+ */
+export function redactStreamToken(url: string): string {
+  const start = url.indexOf('?')
+  if (start === -1) return url
+  const query = url.slice(start + 1)
+  if (!/token|%/i.test(query)) return url
+  const pairs = query.split('&').map((pair) => {
+    const eq = pair.indexOf('=')
+    return eq !== -1 && decodedName(pair.slice(0, eq)).toLowerCase() === 'token' ? `${pair.slice(0, eq)}=[redacted]` : pair
+  })
+  return `${url.slice(0, start + 1)}${pairs.join('&')}`
+}
+
+function decodedName(name: string): string {
+  try {
+    return decodeURIComponent(name.replace(/\+/g, ' '))
+  } catch {
+    return name
+  }
+}

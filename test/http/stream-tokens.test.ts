@@ -82,6 +82,14 @@ t.test('with API keys on, a stream token opens one session\'s events without Aut
     t.equal(missing.statusCode, 404)
   })
 
+  t.test('a token under a percent-encoded name works as ?token= does, and is redacted as well', async (t) => {
+    for (const name of ['%74oken', 'tok%65n']) {
+      const res = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?${name}=${token}`, headers: { accept: 'application/json' } })
+      t.equal(res.statusCode, 200, `?${name}= opens the events`)
+    }
+    t.ok(logLines.some((line) => line.includes('tok%65n=[redacted]')), 'the request line shows it redacted')
+  })
+
   t.test('no log line holds a token', async (t) => {
     t.ok(logLines.some((line) => line.includes('token=[redacted]')), 'the request line shows the token redacted')
     t.notOk(logLines.some((line) => line.includes(token)), 'the token itself appears nowhere')
