@@ -1,6 +1,6 @@
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import type { Logger } from 'pino'
-import Fastify, { type FastifyInstance, type FastifyRequest, type FastifyServerOptions } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
 import type { RunCoordinator } from './agent/run-coordinator.ts'
@@ -187,32 +187,34 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
       traceRequest(tracing, request, reply)
-      // Fastify runs no onResponse hook for them and writes no 'request completed' line: both are done here.
       const started = performance.now()
-      reply.raw.once('finish', () => {
-        const responseTime = performance.now() - started
-        request.log.info({ res: reply, responseTime }, 'request completed')
-        app.observeRequest(request, reply, responseTime / 1000)
-      })
+      reply.raw.once('finish', () => answeredOutsideFastify(request, reply, performance.now() - started))
       const message = err.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path parameter is too long' : 'The URL is malformed'
       return sendApiError(reply, validationError([{ field: 'url', message, keyword: 'url' }], message))
     }
   }).withTypeProvider<TypeBoxTypeProvider>()
+
+  /** Logs and counts an answer Fastify neither logs nor counts (its hooks did not run, or it was written to the socket). */
+  const answeredOutsideFastify = (request: FastifyRequest, reply: FastifyReply, responseTime: number): void => {
+    request.log.info({ res: reply, responseTime }, 'request completed')
+    app.observeRequest(request, reply, responseTime / 1000)
+  }
 
   // JSON only: without this Fastify would parse text/plain bodies too.
   app.removeContentTypeParser('text/plain')
 
   // Node's requestTimeout ends a request whose headers come too slowly, not one whose body does:
   // a body gets the same time here, counted from its headers. Node's own 408 is sent the same way.
-  app.addHook('onRequest', async (request) => {
+  app.addHook('onRequest', async (request, reply) => {
     const raw = request.raw
     const length = raw.headers['content-length']
     if (raw.complete || ((length === undefined || length === '0') && raw.headers['transfer-encoding'] === undefined)) return
     const timer = setTimeout(() => {
       if (raw.complete || raw.socket.destroyed) return
       request.log.info({ requestTimeoutMs }, 'request body too slow: closing the connection')
-      raw.socket.end('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n')
+      raw.socket.end(`HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\nX-Request-Id: ${request.id}\r\n\r\n`)
       raw.socket.destroySoon()
+      answeredOutsideFastify(request, reply.code(408), reply.elapsedTime)
     }, requestTimeoutMs)
     timer.unref()
     raw.once('end', () => clearTimeout(timer))

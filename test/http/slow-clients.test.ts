@@ -49,3 +49,18 @@ t.test('a client that sends its request too slowly is answered 408 and closed; a
   t.ok(stream.endedByServer, 'a stream open for 1.5 s ran to its done')
   t.equal(stream.events.at(-1)?.type, 'done')
 })
+
+t.test('the 408 of a body too slow carries the request ID, and is logged and counted like any answer', async (t) => {
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { logLines, app: { requestTimeoutMs: 300 } })
+  const port = Number(new URL(await listen(app)).port)
+  const slowBody = await trickle(port, 'POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Request-Id: slow-body-1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{', ' ')
+  t.match(slowBody.answer, /^HTTP\/1\.1 408/)
+  t.match(slowBody.answer, /\r\nx-request-id: slow-body-1\r\n/i, 'the request ID is echoed')
+
+  const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body
+  t.match(metrics, /^agentd_http_request_duration_seconds_count\{method="POST",route="\/v1\/sessions",status_code="408"\} 1$/m, 'counted by route, with its status')
+  const completed = logLines.map((line) => JSON.parse(line)).filter((line) => line.reqId === 'slow-body-1' && line.msg === 'request completed')
+  t.equal(completed.length, 1, "one 'request completed' line")
+  t.equal(completed[0]?.res?.statusCode, 408)
+})
