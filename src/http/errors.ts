@@ -102,8 +102,10 @@ function toApiError(err: FastifyError): ApiError {
     return validationError(fields)
   }
   // The store was closed under a request (shutdown), cannot be reached or cannot write: retry
-  // elsewhere or later. Not the request's fault, and not a bug of agentd's either.
-  const unavailable = storeUnavailable(err)
+  // elsewhere or later. Not the request's fault, and not a bug of agentd's either. An error Fastify
+  // gives a 4xx is the request's own: a client that left mid-body is an ECONNRESET too, not the store's.
+  const clientError = typeof err.statusCode === 'number' && err.statusCode < 500
+  const unavailable = clientError ? null : storeUnavailable(err)
   if (unavailable) {
     return new ApiError('UNAVAILABLE', unavailable === 'unreachable' ? 'The store is unreachable' : 'The store cannot write now', undefined,
       { 'retry-after': '1' })

@@ -64,3 +64,22 @@ t.test('the 408 of a body too slow carries the request ID, and is logged and cou
   t.equal(completed.length, 1, "one 'request completed' line")
   t.equal(completed[0]?.res?.statusCode, 408)
 })
+
+t.test('a client that leaves halfway through its body is not logged as a store failure', async (t) => {
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { logLines })
+  const port = Number(new URL(await listen(app)).port)
+  await new Promise<void>((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    socket.on('error', () => undefined)
+    socket.on('close', () => resolve())
+    socket.write('POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Request-Id: left-1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{', () => {
+      setTimeout(() => socket.destroy(), 50)
+    })
+  })
+  const lines = () => logLines.map((line) => JSON.parse(line)).filter((line) => line.reqId === 'left-1')
+  for (let i = 0; i < 100 && !lines().some((line) => line.err || line.code); i++) await new Promise((resolve) => setTimeout(resolve, 10))
+  t.ok(lines().length > 1, 'the abandoned request is logged')
+  t.same(lines().filter((line) => /store/i.test(line.msg)).map((line) => line.msg), [], 'and nothing blames the store')
+  t.equal((await app.inject({ method: 'GET', url: '/readyz' })).statusCode, 200)
+})
