@@ -1,3 +1,4 @@
+import { STATUS_CODES } from 'node:http'
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import type { Logger } from 'pino'
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
@@ -9,6 +10,7 @@ import type { Config } from './config.ts'
 import type { EventBus } from './events/event-bus.ts'
 import { EventLog } from './events/event-log.ts'
 import { HookRunner } from './hooks/hooks.ts'
+import { newId } from './ids.ts'
 import { authPlugin } from './http/auth.ts'
 import { ApiError, errorEnvelopePlugin, sendApiError, validationError } from './http/errors.ts'
 import { idempotencyPlugin } from './http/idempotency.ts'
@@ -184,6 +186,20 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: 200 },
     // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
     // before any hook runs; they get the envelope and the request ID like every other error.
+    // Node refuses some connections before there is a request (malformed HTTP, headers too large or
+    // too slow): Fastify's answers, with a request ID and a log line like every other answer.
+    clientErrorHandler: (err, socket) => {
+      if (err.code === 'ECONNRESET' || socket.destroyed) return
+      const [status, message] = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Client Timeout']
+        : err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Exceeded maximum allowed HTTP header size'] : [400, 'Client Error']
+      const reqId = newId('req')
+      app.log.info({ reqId, res: { statusCode: status }, code: err.code }, 'request refused: it could not be read')
+      const body = JSON.stringify({ error: STATUS_CODES[status], message, statusCode: status })
+      if (socket.writable) {
+        socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Request-Id: ${reqId}\r\n\r\n${body}`)
+      }
+      socket.destroy(err)
+    },
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
       traceRequest(tracing, request, reply)

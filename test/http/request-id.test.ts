@@ -1,5 +1,6 @@
+import { connect } from 'node:net'
 import t from 'tap'
-import { buildTestApp } from '../helpers/app.ts'
+import { buildTestApp, listen } from '../helpers/app.ts'
 
 const GENERATED = /^req_[0-9A-Z]{26}$/
 
@@ -34,4 +35,34 @@ t.test('request IDs', async (t) => {
     t.equal(missing.statusCode, 404)
     t.equal(missing.json().error.requestId, missing.headers['x-request-id'])
   })
+})
+
+/** Sends raw bytes on a new connection; resolves with everything the server wrote before it closed. */
+function rawExchange(port: number, bytes: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let answer = ''
+    socket.on('data', (data) => (answer += String(data)))
+    socket.on('error', () => undefined)
+    socket.on('close', () => resolve(answer))
+    socket.write(bytes)
+  })
+}
+
+t.test('a request Node cannot read (malformed, headers too large) is answered with a request ID, which its log line names', async (t) => {
+  const logLines: string[] = []
+  const { app } = await buildTestApp(t, { logLines })
+  const port = Number(new URL(await listen(app)).port)
+  const answers = [
+    await rawExchange(port, 'NOT HTTP AT ALL\r\n\r\n'),
+    await rawExchange(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)
+  ]
+  for (const [answer, status] of [[answers[0], '400'], [answers[1], '431']] as const) {
+    t.match(answer, new RegExp(`^HTTP/1\\.1 ${status} `), `answered ${status}`)
+    const requestId = /\r\nx-request-id: (\S+)\r\n/i.exec(answer ?? '')?.[1]
+    t.match(requestId, GENERATED, `${status}: with a request ID`)
+    const logged = logLines.map((line) => JSON.parse(line)).filter((line) => requestId !== undefined && line.reqId === requestId)
+    t.equal(logged.length, 1, `${status}: one log line names it`)
+    t.equal(logged[0]?.res?.statusCode, Number(status), `${status}: with the status`)
+  }
 })

@@ -34,6 +34,7 @@ t.test('a client that sends its request too slowly is answered 408 and closed; a
   t.ok(slowBody.closedAfterMs < 3000, `closed after ${slowBody.closedAfterMs} ms`)
   const slowHeaders = await trickle(port, 'GET /healthz HTTP/1.1\r\n', 'X-Slow: yes\r\n')
   t.match(slowHeaders.answer, /^HTTP\/1\.1 408/, 'headers that trickle: 408')
+  t.match(slowHeaders.answer, /\r\nx-request-id: req_\w+\r\n/i, 'with a request ID')
   t.ok(slowHeaders.closedAfterMs < 3000, `closed after ${slowHeaders.closedAfterMs} ms`)
 
   // The limit is on receiving the request, not on the answer.
