@@ -21,7 +21,7 @@ import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
-import { traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
+import { answeredOnSocket, traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
 import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
@@ -230,7 +230,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       request.log.info({ requestTimeoutMs }, 'request body too slow: closing the connection')
       raw.socket.end(`HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\nX-Request-Id: ${request.id}\r\n\r\n`)
       raw.socket.destroySoon()
-      answeredOutsideFastify(request, reply.code(408), reply.elapsedTime)
+      answeredOnSocket(reply.code(408))
+      answeredOutsideFastify(request, reply, reply.elapsedTime)
     }, requestTimeoutMs)
     timer.unref()
     raw.once('end', () => clearTimeout(timer))

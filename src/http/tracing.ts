@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { RequestTrace, Tracing } from '../telemetry/tracing.ts'
@@ -45,6 +45,17 @@ export const tracingPlugin = fp(
 )
 
 /**
+ * The status of responses written straight to the socket (the 408 of a body too slow): it went out
+ * though Node's response sent no head, and the error handler may set another on it afterwards.
+ */
+const writtenOnSocket = new WeakMap<ServerResponse, number>()
+
+/** Says that the reply's status, as set now, was written to the socket past Node's response. */
+export function answeredOnSocket(reply: FastifyReply): void {
+  writtenOnSocket.set(reply.raw, reply.statusCode)
+}
+
+/**
  * Takes up the request's span (started with its logger), which ends when its response closes. Also called by the router's
  * frameworkErrors handler: a URL the router refuses (bad percent-encoding, a path parameter too
  * long) is answered before any hook runs, and such requests had no span at all.
@@ -58,5 +69,7 @@ export function traceRequest(tracing: Tracing, request: FastifyRequest, reply: F
   request.traceparent = span.traceparent
   // A response closed before its head went out (the client left a ?wait=true request) sent no
   // status: res.statusCode is then Node's default 200, which made an abandoned request a success.
-  reply.raw.once('close', () => span.end({ route: request.routeOptions.url, statusCode: reply.raw.headersSent ? reply.raw.statusCode : null }))
+  reply.raw.once('close', () => span.end({
+    route: request.routeOptions.url, statusCode: writtenOnSocket.get(reply.raw) ?? (reply.raw.headersSent ? reply.raw.statusCode : null)
+  }))
 }

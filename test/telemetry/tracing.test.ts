@@ -1,5 +1,5 @@
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { connect, type AddressInfo } from 'node:net'
 import t from 'tap'
 import { loadConfig } from '../../src/config.ts'
 import { buildTestApp, listen } from '../helpers/app.ts'
@@ -353,6 +353,27 @@ t.test('a URL the router refuses before any hook runs is traced too', async (t) 
   t.match(byRequest('bad-url'), { traceId: CLIENT_TRACE_ID, parentSpanId: CLIENT_SPAN_ID, attributes: { 'http.request.method': 'GET', 'http.response.status_code': 400 } })
   t.match(byRequest('long-param')?.attributes, { 'http.response.status_code': 400 })
   t.equal(receiver.spans.filter((span) => span.attributes['agentd.request.id'] === 'bad-url').length, 1, 'one span per request')
+})
+
+t.test('a body too slow, answered 408 on the socket, is a 408 in its span, not a client that left', async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const { app } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url }, app: { requestTimeoutMs: 300 } })
+  const port = Number(new URL(await listen(app)).port)
+  const answer = await new Promise<string>((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let received = ''
+    socket.on('data', (data) => (received += String(data)))
+    socket.on('error', () => undefined)
+    socket.on('close', () => resolve(received))
+    socket.write('POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Request-Id: slow-span\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{')
+  })
+  t.match(answer, /^HTTP\/1\.1 408/)
+  await app.close()
+
+  const span = receiver.spans.find((s) => s.attributes['agentd.request.id'] === 'slow-span')
+  t.equal(span?.attributes['http.response.status_code'], 408)
+  t.equal(span?.attributes['error.type'], undefined, 'not aborted')
 })
 
 t.test("a backend that refuses spans with a long answer is logged with the start of it, not all of it", async (t) => {
