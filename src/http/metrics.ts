@@ -81,6 +81,9 @@ export const metricsPlugin = fp(
       name: 'agentd_http_request_duration_seconds',
       help: 'HTTP request latency by method, route pattern and status (SSE streams excluded)',
       labelNames: ['method', 'route', 'status_code'],
+      // prom-client's default stops at 10 s: a ?wait=true answer lasts as long as its run, often
+      // longer, and every one of them fell in +Inf. Most other answers take a millisecond or less.
+      buckets: [0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
       registers
     })
 

@@ -237,6 +237,18 @@ t.test('a URL the router refuses before any hook runs is counted and logged like
   }
 })
 
+t.test("the latency buckets reach the minutes a ?wait=true answer may take, and the millisecond of most others", async (t) => {
+  const { app } = await buildTestApp(t)
+  await app.inject({ method: 'GET', url: '/healthz' })
+  const { samples } = await scrape(app)
+  const bounds = samples
+    .filter((s) => s.name === 'agentd_http_request_duration_seconds_bucket' && s.labels.route === '/healthz')
+    .map((s) => s.labels.le)
+  t.ok(bounds.includes('0.001'), 'a bucket at 1 ms')
+  for (const le of ['30', '60', '300']) t.ok(bounds.includes(le), `a bucket at ${le} s`)
+  t.equal(bounds.at(-1), '+Inf')
+})
+
 t.test('each app has its own registry: two apps in one process count separately', async (t) => {
   const one = await buildTestApp(t)
   const two = await buildTestApp(t)
