@@ -1,6 +1,6 @@
 import { STATUS_CODES } from 'node:http'
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
-import type { Logger } from 'pino'
+import type { Logger, LoggerOptions } from 'pino'
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { defaultRetryPolicy, type RetryPolicy } from './agent/retry.ts'
@@ -21,7 +21,7 @@ import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
 import { securityPlugin } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
-import { answeredOnSocket, traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
+import { answeredOnSocket, traceLogMixin, traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
 import { redactStreamToken, StreamTokens } from './http/stream-tokens.ts'
 import type { ModelProvider } from './model/types.ts'
 import { CONSOLE_PATHS, consoleRoutes } from './routes/console.ts'
@@ -121,7 +121,7 @@ export const REDACT_PATHS = [
 ]
 
 /** Every pino logger the app builds redacts secrets, in production and in tests alike; with tracing, lines carry the trace ID. */
-function withRedaction(logger: FastifyServerOptions['logger'], mixin?: () => object): FastifyServerOptions['logger'] {
+function withRedaction(logger: FastifyServerOptions['logger'], mixin?: LoggerOptions['mixin']): FastifyServerOptions['logger'] {
   if (!logger || typeof logger !== 'object') return logger
   return {
     ...logger,
@@ -176,7 +176,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     requestTimeout: requestTimeoutMs,
     // How often Node looks for requests past their time (its default, 30 s, would double the limit).
     http: { connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeoutMs / 6))) },
-    logger: withRedaction(options.logger ?? { level: config.logLevel }, tracing.enabled ? () => tracing.logFields() : undefined),
+    logger: withRedaction(options.logger ?? { level: config.logLevel }, tracing.enabled ? traceLogMixin(tracing) : undefined),
     genReqId: requestIdFor,
     // Without tracing Fastify's own factory stays, which skips making loggers a route does not use.
     ...(tracing.enabled ? { childLoggerFactory: tracedRequestLogger(tracing) } : {}),

@@ -6,6 +6,9 @@ import type { RequestTrace, Tracing } from '../telemetry/tracing.ts'
 /** Each request's span, from its logger's creation (tracedRequestLogger) until traceRequest takes it up. */
 const started = new WeakMap<IncomingMessage, RequestTrace>()
 
+/** Marks a request's logger, whose lines have their request's trace ID bound. */
+const CARRIES_TRACE = Symbol('agentd.carriesTrace')
+
 /**
  * Fastify's childLoggerFactory: starts the request's span as its logger is made, so that every
  * line of the request has the trace ID. Started in onRequest, the span came after Fastify's
@@ -16,8 +19,20 @@ export function tracedRequestLogger(tracing: Tracing) {
     const requestId = String(bindings['reqId'] ?? '')
     const span = tracing.startRequest(raw.headers, { method: raw.method ?? '', path: (raw.url ?? '').split('?')[0] ?? '', requestId })
     started.set(raw, span)
-    return logger.child({ ...bindings, traceId: span.traceId }, options)
+    const child = logger.child({ ...bindings, traceId: span.traceId }, options)
+    // pino's children inherit from their parent, so the mark holds for the request's children too.
+    Object.defineProperty(child, CARRIES_TRACE, { value: true })
+    return child
   }
+}
+
+/**
+ * The pino mixin of a traced app: the active span's IDs on each line, but a request's. A line of a
+ * stream that a run of another trace ended (its `request completed`) had both trace IDs, two
+ * `traceId` keys in one line, the run's last, which parsers kept.
+ */
+export function traceLogMixin(tracing: Tracing) {
+  return (_merge: object, _level: number, logger: object): object => (CARRIES_TRACE in logger ? {} : tracing.logFields())
 }
 
 declare module 'fastify' {

@@ -12,6 +12,14 @@ const CLIENT_TRACEPARENT = `00-${CLIENT_TRACE_ID}-${CLIENT_SPAN_ID}-01`
 const SPAN_KIND_SERVER = 2
 const STATUS_ERROR = 2
 
+async function until(check: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 5000
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
 const byName = (spans: ReceivedSpan[], name: string) => spans.filter((span) => span.name === name)
 
 t.test('a run with a model retry and two tool calls is one trace: request → invoke_agent → chat / execute_tool', async (t) => {
@@ -374,6 +382,30 @@ t.test('a body too slow, answered 408 on the socket, is a 408 in its span, not a
   const span = receiver.spans.find((s) => s.attributes['agentd.request.id'] === 'slow-span')
   t.equal(span?.attributes['http.response.status_code'], 408)
   t.equal(span?.attributes['error.type'], undefined, 'not aborted')
+})
+
+t.test("a stream's lines keep its own trace ID, once, even when another trace's run ends it", async (t) => {
+  const receiver = await startOtlpReceiver()
+  t.teardown(() => receiver.close())
+  const logLines: string[] = []
+  const { app, devModel } = await buildTestApp(t, { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url }, logLines })
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const watching = readSse(`${base}/v1/sessions/${session.id}/events?until=done`, { headers: { 'x-request-id': 'watcher' } })
+  await until(async () => app.streams.count === 1, 'the watcher to be streaming')
+  devModel.script({ text: 'hello there' })
+  const res = await app.inject({
+    method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'hi' }, headers: { traceparent: CLIENT_TRACEPARENT }
+  })
+  t.equal(res.statusCode, 200)
+  t.equal((await watching).events.at(-1)?.type, 'done')
+  await until(async () => logLines.some((line) => line.includes('"reqId":"watcher"') && line.includes('request completed')), "the watcher's last line")
+
+  t.same(logLines.filter((line) => (line.match(/"traceId":/g) ?? []).length > 1), [], 'no line has two trace IDs')
+  const watcher = logLines.map((line) => JSON.parse(line)).filter((line) => line.reqId === 'watcher')
+  const [first] = watcher
+  t.not(first?.traceId, CLIENT_TRACE_ID, "the watcher's request is a trace of its own")
+  t.same(watcher.filter((line) => line.traceId !== first?.traceId).map((line) => line.msg), [], 'which every one of its lines names')
 })
 
 t.test("a backend that refuses spans with a long answer is logged with the start of it, not all of it", async (t) => {
