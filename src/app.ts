@@ -184,8 +184,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: false,
     schemaController: { compilersFactory: { buildValidator: buildValidators as unknown as ValidatorFactory } },
     routerOptions: { maxParamLength: 200 },
-    // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
-    // before any hook runs; they get the envelope and the request ID like every other error.
     // Node refuses some connections before there is a request (malformed HTTP, headers too large or
     // too slow): Fastify's answers, with a request ID and a log line like every other answer.
     clientErrorHandler: (err, socket) => {
@@ -200,6 +198,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       }
       socket.destroy(err)
     },
+    // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
+    // before any hook runs; they get the envelope and the request ID like every other error.
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
       traceRequest(tracing, request, reply)

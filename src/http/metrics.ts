@@ -20,7 +20,7 @@ const hookLabel = (value: unknown): string => (typeof value === 'string' && /^[A
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Counts an answered request in the latency histogram; onResponse calls it, and so does what answers without hooks (frameworkErrors). */
+    /** Counts an answered request in the latency histogram; onResponse calls it, and so do answers Fastify's hooks never see (app.ts). */
     observeRequest(request: FastifyRequest, reply: FastifyReply, seconds: number): void
   }
 }
