@@ -27,7 +27,7 @@ const translations = new WeakMap<object, TSchema>()
 
 TypeRegistry.Set(JsonSchemaKind, (schema: object, value: unknown) => {
   const translated = translations.get(schema)
-  return translated !== undefined && Value.Check(translated, value)
+  return translated !== undefined && Value.Check(translated, ownPropertiesOnly(value))
 })
 
 /**
@@ -46,8 +46,22 @@ export function parametersFromJsonSchema(json: unknown, field = 'parameters'): T
 /** Checks a call's arguments against a tool's parameters; null when they fit, else the classified validation error. */
 export function checkToolInput(toolName: string, schema: TSchema, input: unknown): ClassifiedError | null {
   const checked = translations.get(schema) ?? schema
-  if (Value.Check(checked, input)) return null
-  return validationFailure(toolName, checked, input, fieldErrors(checked, input))
+  const own = ownPropertiesOnly(input)
+  if (Value.Check(checked, own)) return null
+  return validationFailure(toolName, checked, own, fieldErrors(checked, own))
+}
+
+/**
+ * The input with null-prototype objects: TypeBox looks fields up with `in` and `value[key]`, which
+ * find Object.prototype's `toString` or `constructor` in arguments that lack them.
+ */
+function ownPropertiesOnly(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(ownPropertiesOnly)
+  if (typeof value !== 'object' || value === null) return value
+  const copy: Record<string, unknown> = Object.create(null)
+  // Without a prototype, `__proto__` is a plain key here.
+  for (const [key, item] of Object.entries(value)) copy[key] = ownPropertiesOnly(item)
+  return copy
 }
 
 /** The tool's parameters as a plain JSON Schema object (TypeBox's symbols dropped). */
@@ -152,14 +166,15 @@ function objectSchema(node: Record<string, unknown>, field: string, depth: numbe
   if (!Array.isArray(required) || !required.every((r) => typeof r === 'string')) {
     throw new ToolSpecError(`${field}.required`, 'must be an array of property names')
   }
-  const props: Record<string, TSchema> = {}
+  // No prototype: a property named __proto__ is kept, and a required `toString` is not found on Object.prototype.
+  const props: Record<string, TSchema> = Object.create(null)
   for (const [name, sub] of Object.entries(properties)) {
     const schema = translate(sub, `${field}.properties.${name}`, depth + 1)
     props[name] = required.includes(name) ? schema : Type.Optional(schema)
   }
   for (const name of required) {
     // A required property without a schema may hold anything, but must be present.
-    if (!(name in props)) props[name] = Type.Unknown()
+    if (!Object.hasOwn(props, name)) props[name] = Type.Unknown()
   }
   const extra = node['additionalProperties']
   const additionalProperties =

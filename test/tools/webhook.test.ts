@@ -162,6 +162,27 @@ t.test('JSON Schema parameters are checked faithfully, also by plain Value.Check
   }
 })
 
+t.test('arguments are checked by their own fields: __proto__ is a field like any other, toString and constructor are not inherited', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.end('"ok"'))
+  // JSON text, as a client and the model send them: a literal __proto__ key would set the prototype.
+  const parameters = JSON.parse(`{"type": "object", "additionalProperties": false, "required": ["__proto__", "toString"],
+    "properties": {"__proto__": {"type": "string"}, "toString": {}, "constructor": {"type": "string"}}}`)
+  const tool = createWebhookTool({ name: 'odd', description: 'd', parameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const call = (json: string) => runTool(tool, JSON.parse(json), ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  const fieldsOf = (outcome: Awaited<ReturnType<typeof call>>) =>
+    outcome.ok ? 'ok' : (outcome.error.detail?.['fields'] as { field: string; message: string }[]).map((f) => `${f.field}: ${f.message}`)
+
+  t.equal(fieldsOf(await call('{"__proto__": "x", "toString": 1}')), 'ok', 'a __proto__ field is accepted, not "unexpected"')
+  t.equal(hook.bodies.length, 1)
+  t.same(Object.keys((hook.bodies[0] as { input: object }).input), ['__proto__', 'toString'], 'and reaches the webhook')
+  t.same(fieldsOf(await call('{"__proto__": 5, "toString": 1}')), ['__proto__: Expected string (got 5)'])
+  t.same(fieldsOf(await call('{"__proto__": "x"}')), ['toString: missing, expected a value'], 'a required toString is not found on Object.prototype')
+  t.same(fieldsOf(await call('{"toString": 1}')), ['__proto__: missing, expected string'])
+  t.equal(hook.bodies.length, 1, 'refused calls never reach the webhook')
+})
+
 t.test("a pattern is shown but left to the webhook: a catastrophic one reaches it at once, whatever the argument", async (t) => {
   const ws = await makeWorkspace()
   t.teardown(ws.cleanup)
