@@ -608,3 +608,19 @@ t.test('a result in the {toolResult} form of protocol 2024-10-07 (which the SDK 
   t.equal(run.status, 'completed')
   t.same(toolResults[0], { answer: 42 })
 })
+
+t.test('a result whose content is not a list of blocks is never an empty result: text and one block are read, else a classified error', async (t) => {
+  const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'content_as', inputSchema: { type: 'object' } }]) })
+  const contents = ['bare text', { type: 'text', text: 'one block' }, 42, null, { answer: 1 }]
+  const { toolResults, run } = await runCalls(ctx, { tools: ['raw__content_as'] }, contents.map((content) => ({ name: 'raw__content_as', arguments: { content } })))
+  t.equal(run.status, 'completed', 'the run goes on')
+  t.same(toolResults.slice(0, 2), ['bare text', 'one block'])
+  for (const [i, kind] of [[2, 'a number'], [3, 'null'], [4, 'an object that is not a content block']] as const) {
+    t.match(toolResults[i], {
+      ok: false, errorType: 'runtime', code: 'IO_ERROR', retryable: false,
+      error: `The MCP server "raw" answered raw__content_as with a result agentd cannot read: its content is ${kind}, not a list of content blocks.`,
+      recommendations: [/fault of the server: do not retry/],
+      detail: { reason: 'invalid_result', server: 'raw', tool: 'raw__content_as' }
+    }, `content ${JSON.stringify(contents[i])}`)
+  }
+})

@@ -10,7 +10,7 @@ import type { Tool } from '../types.ts'
 import type { McpServerConfig } from './config.ts'
 import { queuedLookup } from '../net-guard.ts'
 import { resultText } from './content.ts'
-import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError, toolWithdrawn } from './errors.ts'
+import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError, toolWithdrawn, unreadableResult } from './errors.ts'
 import { mcpToolSchema, type McpToolSchema } from './schema.ts'
 import { ProcessGroupStdioTransport } from './stdio-transport.ts'
 
@@ -444,6 +444,7 @@ export class McpConnection {
             }
           })
           const text = resultText(result)
+          if (text === null) throw unreadableResult(server, name, result['content'])
           return result.isError === true ? toolReportedError(name, text) : text
         } catch (err) {
           // The runtime reports a timeout or interrupt itself; the SDK has sent notifications/cancelled.

@@ -9,10 +9,12 @@ type Block = { type: string; [key: string]: unknown }
 /**
  * The text of a CallToolResult: its blocks in order, and its structuredContent when there is no
  * content; or the `toolResult` of a server that speaks protocol 2024-10-07 (the SDK still
- * negotiates it), which has neither: left out, the model got an empty result.
+ * negotiates it), which has neither: left out, the model got an empty result. Null when the
+ * content cannot be read as blocks and there is no structuredContent instead.
  */
-export function resultText(result: Record<string, unknown>): string {
-  const blocks = Array.isArray(result['content']) ? (result['content'] as unknown[]) : []
+export function resultText(result: Record<string, unknown>): string | null {
+  const blocks = contentBlocks(result['content'])
+  if (blocks === null) return result['structuredContent'] === undefined ? null : JSON.stringify(result['structuredContent'])
   const parts = blocks.map((block) => (typeof block === 'object' && block !== null ? describeBlock(block as Block) : '[a content block that is not an object; not shown]'))
   if (parts.length === 0 && result['structuredContent'] !== undefined) return JSON.stringify(result['structuredContent'])
   if (parts.length === 0 && result['content'] === undefined && result['toolResult'] !== undefined) {
@@ -20,6 +22,19 @@ export function resultText(result: Record<string, unknown>): string {
     return typeof legacy === 'string' ? legacy : JSON.stringify(legacy)
   }
   return parts.join('\n')
+}
+
+/**
+ * The result's content blocks ([] when it has none, as the SDK takes it). A non-conforming server's
+ * bare string or single block stands for itself; anything else (a number, null, an object that is
+ * no block) is null: read as no blocks, it gave the model an empty result.
+ */
+function contentBlocks(content: unknown): unknown[] | null {
+  if (Array.isArray(content)) return content
+  if (content === undefined) return []
+  if (typeof content === 'string') return [{ type: 'text', text: content }]
+  if (typeof content === 'object' && content !== null && typeof (content as Block).type === 'string') return [content]
+  return null
 }
 
 function describeBlock(block: Block): string {

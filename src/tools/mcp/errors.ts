@@ -65,6 +65,17 @@ export function toolReportedError(tool: string, text: string): Record<string, un
   }
 }
 
+/** A result whose `content` is neither a list of blocks nor one block or text, with no structuredContent: a fault of the server. */
+export function unreadableResult(server: string, tool: string, content: unknown): ToolFailure {
+  const kind = content === null ? 'null' : typeof content === 'object' ? 'an object that is not a content block' : `a ${typeof content}`
+  return new ToolFailure('IO_ERROR', `The MCP server "${server}" answered ${tool} with a result agentd cannot read: its content is ${kind}, not a list of content blocks.`, {
+    reason: 'invalid_result', server, tool
+  }, {
+    retryable: false,
+    recommendations: [`${tool}'s server answered in a form MCP does not allow, which is a fault of the server: do not retry, go on without ${tool} and tell the user.`]
+  })
+}
+
 /** A failure thrown by the SDK's callTool: JSON-RPC errors by code, HTTP errors by status, anything else as runtime. */
 export function classifyCallFailure(server: string, tool: string, err: unknown): ToolFailure {
   if (err instanceof ToolFailure) return err
