@@ -61,6 +61,9 @@ export const now = (): string => {
   return nowIso
 }
 
+/** Milliseconds since `startedAt` (a Date.now() time), never negative: a start stored by a peer whose clock runs ahead, or a clock set back, would make it so. */
+export const msSince = (startedAt: number): number => Math.max(0, Date.now() - startedAt)
+
 const nothing = (): undefined => undefined
 /** What #commitSoon returns when nothing waits: one settled promise, not one made per commit. */
 const SETTLED: Promise<void> = Promise.resolve()

@@ -4,7 +4,7 @@ import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord
 import { classified, classifyException } from '../errors/classified.ts'
 import { ContextWindow } from './context/context-window.ts'
 import { callModel } from './model-turn.ts'
-import { now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
+import { msSince, now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
 import { commitStart, runToolCall, startToolCall, type ToolCallHooks } from './tool-call.ts'
@@ -160,7 +160,7 @@ export class RunExecution {
       if (toolCalls.length === 0 && !overTokens) {
         // The final answer ends the run: it is committed with the run's end, one unit of work.
         history.push(assistant)
-        return { reason: 'completed', answer: [...result, ctx.event('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })] }
+        return { reason: 'completed', answer: [...result, ctx.event('monitor', 'step_complete', { step, durationMs: msSince(started), usage })] }
       }
       if (first) await commitStart(ctx, first, result)
       else await ctx.commit(result)
@@ -171,7 +171,7 @@ export class RunExecution {
         if (start !== first) await commitStart(ctx, start)
         history.push(await runToolCall(ctx, this.#hooks, start))
       }
-      ctx.emitSoon('monitor', 'step_complete', { step, durationMs: Date.now() - started, usage })
+      ctx.emitSoon('monitor', 'step_complete', { step, durationMs: msSince(started), usage })
       if (overTokens) throw new RunFailure(maxTokensError(maxTokens, this.#usage.totalTokens), 'system')
     }
     return { reason: 'max_steps' }

@@ -8,7 +8,7 @@ import type { ToolHookContext } from '../hooks/hooks.ts'
 import { checkToolInput } from '../tools/json-schema.ts'
 import { namePatternCovers, type ExecuteTool, type SessionTool, type SessionToolSet, type ToolOutcome } from '../tools/tool-set.ts'
 import type { ApprovalDecision, ClientToolResult } from './run-coordinator.ts'
-import { now, type RunContext } from './run-context.ts'
+import { msSince, now, type RunContext } from './run-context.ts'
 
 export type { ExecuteTool, ToolOutcome } from '../tools/tool-set.ts'
 
@@ -133,7 +133,7 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, start: 
   }
 
   record.endedAt = now()
-  record.durationMs = Date.now() - startedAt
+  record.durationMs = msSince(startedAt)
   if (outcome.ok) {
     record.state = 'completed'
     record.result = outcome.result
@@ -235,7 +235,7 @@ export async function sealCall(ctx: RunContext, record: ToolCallRecord, error: C
   record.state = 'sealed'
   record.error = error
   record.endedAt = now()
-  record.durationMs = Date.now() - startedAt
+  record.durationMs = msSince(startedAt)
   await ctx.commit([
     saveCall(record),
     { type: 'message', message: toolMessage(ctx.session.id, ctx.run.id, record.id, toModelToolResult(error)) },

@@ -180,6 +180,43 @@ t.test('after a restart, a run left running is failed with its calls sealed and 
   t.ok(messages.some((m) => m.role === 'tool' && m.toolCallId === 'call_open'), 'the open call has its sealed answer')
 })
 
+t.test('a call sealed by a takeover from a peer whose clock runs ahead has a duration of 0, never a negative one', async (t) => {
+  const h = await harness(t, [])
+  const now = new Date().toISOString()
+  const ahead = new Date(Date.now() + 10 * 60_000).toISOString()
+  await h.store.commit([
+    { type: 'newRun', run: { id: 'run_A', sessionId: h.session.id, requestId: 'req_old', status: 'running', steps: 1, usage: emptyUsage(), error: null, messageId: 'msg_A', input: 'a', createdAt: now, startedAt: now, endedAt: null } },
+    { type: 'message', message: { id: 'msg_A', sessionId: h.session.id, runId: 'run_A', role: 'user', content: 'a', createdAt: now } },
+    { type: 'message', message: { id: 'msg_A2', sessionId: h.session.id, runId: 'run_A', role: 'assistant', content: null, createdAt: now, toolCalls: [{ id: 'call_open', name: 'echo', arguments: '{}' }] } },
+    { type: 'toolCall', call: { id: 'call_open', sessionId: h.session.id, runId: 'run_A', step: 1, name: 'echo', input: {}, state: 'executing', startedAt: ahead, endedAt: null, durationMs: null } }
+  ])
+  t.same(await h.runs.recover(), { requeued: 0, failed: 1 })
+  const end = h.seen.find((e) => e.type === 'tool:end')?.data.call as { state: string; durationMs: number }
+  t.match(end, { state: 'sealed', durationMs: 0 })
+  t.equal((await h.store.getToolCall(h.session.id, 'call_open'))?.durationMs, 0, 'and so is the stored call')
+})
+
+t.test('a clock set back during a step gives durations of 0, never negative ones', async (t) => {
+  const realNow = Date.now
+  t.teardown(() => { Date.now = realNow })
+  const h = await harness(t, [
+    [{ type: 'tool_call', id: 'x', name: 'echo', arguments: '{}' }, { type: 'finish', finishReason: 'tool_calls', usage: null }],
+    text('done')
+  ], {}, {
+    tools: echoTools,
+    execute: async () => {
+      // The wall clock steps back an hour (NTP) while the call runs.
+      Date.now = () => realNow() - 3_600_000
+      return { ok: true, result: {} }
+    }
+  })
+  const { run } = await h.send('go')
+  t.match(await h.runs.waitFor(h.session.id, run.id), { status: 'completed' })
+  const durations = h.seen.filter((e) => ['step_complete', 'tool_executed'].includes(e.type)).map((e) => [e.type, e.data.durationMs])
+  t.equal(durations.length, 3)
+  for (const [type, ms] of durations) t.ok(typeof ms === 'number' && ms >= 0, `${type} lasted ${ms} ms`)
+})
+
 /** `peek` only reads (Tool.readOnly); `poke` may write. Both are run by `execute`. */
 function peekAndPoke(execute: ExecuteTool): HarnessTools {
   const tool = (name: string, readOnly: boolean): Tool => ({ name, description: name, parameters: {} as never, execute: async () => ({}), ...(readOnly ? { readOnly } : {}) })
