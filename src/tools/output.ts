@@ -16,6 +16,30 @@ export function truncateUtf8(text: string, maxBytes: number): { text: string; tr
   return { text: utf8Prefix(Buffer.from(text.slice(0, maxBytes)), maxBytes), truncated: true, bytes }
 }
 
+/** The longest prefix of `text` whose JSON string (quotes and escapes included) has at most `maxBytes` UTF-8 bytes; never splits a surrogate pair. */
+export function jsonFittingPrefix(text: string, maxBytes: number): string {
+  let bytes = 2
+  let i = 0
+  for (; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    let cost: number
+    let units = 1
+    if (c === 0x22 || c === 0x5c || c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d) cost = 2
+    else if (c < 0x20) cost = 6
+    else if (c < 0x80) cost = 1
+    else if (c < 0x800) cost = 2
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      cost = 4
+      units = 2
+    } else if (c >= 0xd800 && c <= 0xdfff) cost = 6 // a lone surrogate is escaped as \uXXXX
+    else cost = 3
+    if (bytes + cost > maxBytes) break
+    bytes += cost
+    i += units - 1
+  }
+  return text.slice(0, i)
+}
+
 /** The note appended where output was cut, so the model knows it saw only part of it. */
 export function truncationNote(shownBytes: number, totalBytes: number | null): string {
   const total = totalBytes === null ? 'more' : `${totalBytes}`

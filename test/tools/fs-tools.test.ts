@@ -54,17 +54,35 @@ t.test('fs_read reads lines, ranges and reports what follows', async (t) => {
   })
 })
 
+/** Bytes of a successful outcome's result as the model reads it (JSON). */
+const jsonBytes = (outcome: ToolOutcome) => Buffer.byteLength(JSON.stringify(outcome.ok ? outcome.result : null))
+
 t.test('fs_read caps a huge file and a huge line by bytes', async (t) => {
   const ws = await setup(t)
   await writeFile(path.join(ws.root, 'big.txt'), 'abcdefghi\n'.repeat(10_000))
   const big = await call(ws, 'fs_read', { path: 'big.txt' })
-  t.match(big, { ok: true, result: { startLine: 1, endLine: 200, hasMore: true, note: /stopped at 2000 bytes; continue with offset 201/ } })
+  t.match(big, { ok: true, result: { startLine: 1, endLine: 169, hasMore: true, note: 'Output stopped at 2000 bytes; continue with offset 170.' } })
+  t.ok(jsonBytes(big) <= 2000, 'the whole result fits in 2000 bytes')
   await writeFile(path.join(ws.root, 'one-line.txt'), 'x'.repeat(1_000_000))
   const oneLine = await call(ws, 'fs_read', { path: 'one-line.txt' })
-  t.match(oneLine, { ok: true, result: { endLine: 1, hasMore: true, note: /longer than 2000 bytes/ } })
-  if (oneLine.ok) t.equal((oneLine.result as { content: string }).content.length, 2000)
+  t.match(oneLine, { ok: true, result: { endLine: 1, hasMore: true, note: /longer than 2000 bytes/, content: /^x{1800,}$/ } })
+  t.ok(jsonBytes(oneLine) <= 2000)
   await writeFile(path.join(ws.root, 'blob.bin'), Buffer.from([1, 2, 0, 3]))
   t.match(await call(ws, 'fs_read', { path: 'blob.bin' }), { ok: true, result: { binary: true, content: null } })
+})
+
+t.test('fs_read counts what escaping adds: the model gets the result object with hasMore and where to go on, never cut JSON text', async (t) => {
+  const ws = await setup(t)
+  // The runtime's cap is the tool's, as the catalog sets them both from AGENTD_TOOL_MAX_OUTPUT_BYTES.
+  const read = (input: unknown) => runTool(tools.get('fs_read') as Tool, input, ws.ctx(), { ...limits, maxOutputBytes: 2000 })
+  await writeFile(path.join(ws.root, 'quoted.ts'), 'const s = "quoted"\n'.repeat(300))
+  const quoted = await read({ path: 'quoted.ts' })
+  t.match(quoted, { ok: true, result: { startLine: 1, endLine: Number, hasMore: true, note: /continue with offset/ } })
+  const { endLine, note, content } = (quoted.ok ? quoted.result : {}) as { endLine: number; note: string; content: string }
+  t.equal(note, `Output stopped at 2000 bytes; continue with offset ${endLine + 1}.`)
+  t.equal(content, 'const s = "quoted"\n'.repeat(endLine).slice(0, -1), 'whole lines, unchanged')
+  await writeFile(path.join(ws.root, 'controls.txt'), '\u0001'.repeat(5000))
+  t.match(await read({ path: 'controls.txt' }), { ok: true, result: { endLine: 1, hasMore: true, note: /longer than 2000 bytes/, content: /^\u0001+$/ } })
 })
 
 t.test('fs_read errors: missing file, directory, escapes, bad arguments', async (t) => {

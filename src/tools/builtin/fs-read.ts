@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs'
 import { open, stat } from 'node:fs/promises'
 import { Type } from '@sinclair/typebox'
-import { utf8Prefix } from '../output.ts'
+import { jsonFittingPrefix, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 import { resolveInWorkspace } from '../workspace.ts'
 import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
@@ -38,7 +38,10 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
       }
       const offset = input.offset ?? 1
       const limit = input.limit ?? defaultLimit
-      const read = await readLines(file, offset, limit, opts.maxBytes, ctx.signal)
+      // maxBytes bounds the result's JSON, which is what the model reads (a larger one reaches it
+      // cut as text, without hasMore or where to go on): the content gets what the rest leaves.
+      const budget = Math.max(0, opts.maxBytes - resultOverhead(input.path, offset, limit, opts.maxBytes))
+      const read = await readLines(file, offset, limit, budget, ctx.signal)
       if (read.linesSeen < offset && info.size > 0) {
         return {
           ok: false,
@@ -56,11 +59,8 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
         endLine: offset + read.lines.length - 1,
         hasMore: read.hasMore
       }
-      if (read.cutLine) {
-        result['note'] = `Line ${offset + read.lines.length - 1} is longer than ${opts.maxBytes} bytes and was cut.`
-      } else if (read.cutAtBytes) {
-        result['note'] = `Output stopped at ${opts.maxBytes} bytes; continue with offset ${offset + read.lines.length}.`
-      }
+      if (read.cutLine) result['note'] = cutLineNote(offset + read.lines.length - 1, opts.maxBytes)
+      else if (read.cutAtBytes) result['note'] = stoppedNote(opts.maxBytes, offset + read.lines.length)
       return result
     },
     recommend(failure) {
@@ -71,6 +71,16 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
       return recommendFsFailure(failure)
     }
   }
+}
+
+const cutLineNote = (line: number, maxBytes: number) => `Line ${line} is longer than ${maxBytes} bytes and was cut.`
+const stoppedNote = (maxBytes: number, next: number) => `Output stopped at ${maxBytes} bytes; continue with offset ${next}.`
+
+/** JSON bytes of a result with empty content: its other fields at their largest, and the longer note. */
+function resultOverhead(path: string, offset: number, limit: number, maxBytes: number): number {
+  const last = offset + limit
+  return Math.max(...[cutLineNote(last, maxBytes), stoppedNote(maxBytes, last)].map((note) =>
+    Buffer.byteLength(JSON.stringify({ path, content: '', startLine: offset, endLine: last, hasMore: true, note }))))
 }
 
 async function looksBinary(file: string): Promise<boolean> {
@@ -92,7 +102,10 @@ interface ReadLines {
   cutLine: boolean
 }
 
-/** Splits the byte stream itself: lines before `offset` are never buffered, and a line is buffered only up to the byte budget. */
+/**
+ * Splits the byte stream itself: lines before `offset` are never buffered, and a line is buffered
+ * only up to the byte budget, which counts the lines as the content's JSON (escapes included).
+ */
 async function readLines(file: string, offset: number, limit: number, maxBytes: number, signal: AbortSignal): Promise<ReadLines> {
   const out: ReadLines = { lines: [], linesSeen: 0, hasMore: false, cutAtBytes: false, cutLine: false }
   let used = 0
@@ -110,16 +123,19 @@ async function readLines(file: string, offset: number, limit: number, maxBytes: 
     const line = utf8Prefix(Buffer.concat(parts, partBytes), maxBytes).replace(/\r$/, '')
     parts = []
     partBytes = 0
-    if (overflow) {
+    // The line's escaped text, and the escaped newline that joins it to the one before.
+    const cost = Buffer.byteLength(JSON.stringify(line)) - 2 + (out.lines.length > 0 ? 2 : 0)
+    if (overflow || used + cost > maxBytes) {
       if (out.lines.length === 0) {
-        out.lines.push(line)
+        // jsonFittingPrefix counts the quotes too.
+        out.lines.push(jsonFittingPrefix(line, maxBytes + 2))
         out.cutLine = true
       } else out.cutAtBytes = true
       out.hasMore = true
       return false
     }
     out.lines.push(line)
-    used += Buffer.byteLength(line) + 1
+    used += cost
     full = out.lines.length >= limit
     return true
   }

@@ -5,7 +5,7 @@ import { Agent, request, type Dispatcher } from 'undici'
 import { errnoFamily, errnoOf, tlsFailureOf } from '../../errors/errno.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import { brokenAnswer, pinnedLookup, resolveChecked, type AddressPolicy, type CheckedAddress, type Resolve } from '../net-guard.ts'
-import { truncationNote, utf8Prefix } from '../output.ts'
+import { jsonFittingPrefix, truncationNote, utf8Prefix } from '../output.ts'
 import type { Tool } from '../types.ts'
 import { basicAuthorization, withoutCredentials } from '../url-credentials.ts'
 
@@ -262,30 +262,6 @@ async function readResponse(response: Dispatcher.ResponseData, url: URL, redirec
 
 /** Bytes the truncation note takes in JSON, with room to spare. */
 const NOTE_ROOM = 100
-
-/** The longest prefix of `text` whose JSON string (quotes and escapes included) has at most `maxBytes` UTF-8 bytes; never splits a surrogate pair. */
-function jsonFittingPrefix(text: string, maxBytes: number): string {
-  let bytes = 2
-  let i = 0
-  for (; i < text.length; i++) {
-    const c = text.charCodeAt(i)
-    let cost: number
-    let units = 1
-    if (c === 0x22 || c === 0x5c || c === 0x08 || c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d) cost = 2
-    else if (c < 0x20) cost = 6
-    else if (c < 0x80) cost = 1
-    else if (c < 0x800) cost = 2
-    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-      cost = 4
-      units = 2
-    } else if (c >= 0xd800 && c <= 0xdfff) cost = 6 // a lone surrogate is escaped as \uXXXX
-    else cost = 3
-    if (bytes + cost > maxBytes) break
-    bytes += cost
-    i += units - 1
-  }
-  return text.slice(0, i)
-}
 
 /** The content encodings http_fetch decodes (RFC 9110 8.4.1; x-gzip is gzip's old name). */
 const decoders: Readonly<Record<string, () => Transform>> = {
