@@ -40,6 +40,26 @@ export function jsonFittingPrefix(text: string, maxBytes: number): string {
   return text.slice(0, i)
 }
 
+/**
+ * A result that lists items under `key`, with only as many of them as fit, with the rest of the
+ * result and `note(shown)`, in `maxBytes` of JSON (then `truncated: true`): a larger result
+ * reached the model as its JSON text cut mid-item. The result itself when it fits.
+ */
+export function fitListResult<T extends Record<string, unknown>>(result: T, key: string, maxBytes: number, note: (shown: number) => string): T {
+  if (Buffer.byteLength(JSON.stringify(result)) <= maxBytes) return result
+  const items = result[key] as unknown[]
+  let used = Buffer.byteLength(JSON.stringify({ ...result, [key]: [], truncated: true, note: note(items.length) }))
+  let shown = 0
+  for (const item of items) {
+    // The item's JSON and the comma before it.
+    const cost = Buffer.byteLength(JSON.stringify(item)) + (shown > 0 ? 1 : 0)
+    if (used + cost > maxBytes) break
+    used += cost
+    shown++
+  }
+  return { ...result, [key]: items.slice(0, shown), truncated: true, note: note(shown) }
+}
+
 /** The note appended where output was cut, so the model knows it saw only part of it. */
 export function truncationNote(shownBytes: number, totalBytes: number | null): string {
   const total = totalBytes === null ? 'more' : `${totalBytes}`

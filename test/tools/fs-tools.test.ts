@@ -85,6 +85,26 @@ t.test('fs_read counts what escaping adds: the model gets the result object with
   t.match(await read({ path: 'controls.txt' }), { ok: true, result: { endLine: 1, hasMore: true, note: /longer than 2000 bytes/, content: /^\u0001+$/ } })
 })
 
+t.test('fs_list, fs_glob and fs_grep keep whole entries within the cap: the model gets the result object with truncated and a note', async (t) => {
+  const ws = await setup(t)
+  const deep = path.join(ws.root, 'a-rather-long-folder-name', 'another-long-folder-name')
+  await mkdir(deep, { recursive: true })
+  for (let i = 0; i < 40; i++) await writeFile(path.join(deep, `file-number-${i}.txt`), 'match this line please\n')
+  const run = (name: string, input: unknown) => runTool(tools.get(name) as Tool, input, ws.ctx(), { ...limits, maxOutputBytes: 2000 })
+  for (const [name, input, key, note] of [
+    ['fs_list', { recursive: true }, 'entries', /^Only the first \d+ entries are shown/],
+    ['fs_glob', { pattern: '**/*.txt' }, 'matches', /^Only \d+ matches are shown/],
+    ['fs_grep', { pattern: 'match this' }, 'matches', /^Only the first \d+ matches are shown/]
+  ] as const) {
+    const outcome = await run(name, input)
+    t.match(outcome, { ok: true, result: { truncated: true, note } }, `${name} answers an object`)
+    const result = (outcome.ok ? outcome.result : {}) as Record<string, unknown>
+    const items = result[key] as unknown[]
+    t.ok(items.length > 10, `${name} shows ${items.length} whole entries`)
+    t.equal(String(result['note']).match(/\d+/)?.[0], String(items.length), 'and says how many')
+  }
+})
+
 t.test('fs_read errors: missing file, directory, escapes, bad arguments', async (t) => {
   const ws = await setup(t)
   const missing = await call(ws, 'fs_read', { path: 'src/mian.ts' })
@@ -171,7 +191,9 @@ t.test('fs_list reads a large folder whole (past what it reads at once), sorted,
   const names = Array.from({ length: 1200 }, (_, i) => `f${String(i).padStart(4, '0')}.txt`)
   // Written in an order unlike the sorted one.
   for (const name of [...names].reverse()) await writeFile(path.join(big, name), name.repeat(2))
-  const listed = await call(ws, 'fs_list', { path: 'big' })
+  // A cap of bytes that 1000 entries fit in.
+  const fsList = createBuiltinTools({ bashEnabled: false, httpFetch: { allowPrivate: false }, maxOutputBytes: 100_000 }).find((tool) => tool.name === 'fs_list') as Tool
+  const listed = await runTool(fsList, { path: 'big' }, ws.ctx(), limits)
   const result = (listed.ok ? listed.result : {}) as { entries: Array<{ path: string; type: string; size: number }>; truncated: boolean; note?: string }
   t.equal(result.entries.length, 1000)
   t.same(result.entries.map((e) => e.path), names.slice(0, 1000).map((n) => `big/${n}`), 'the first 1000 in name order')

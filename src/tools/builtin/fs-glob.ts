@@ -3,6 +3,7 @@ import { glob } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import { braceExpand } from 'minimatch'
+import { fitListResult } from '../output.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { isInside, resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
@@ -30,7 +31,7 @@ function linksInside(root: string, link: string): boolean {
 }
 
 /** fs_glob: workspace paths matching a glob (node:fs/promises glob), confined to the workspace and capped. */
-export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Parameters> {
+export function createFsGlobTool(opts: { maxResults: number; maxBytes: number }): Tool<typeof Parameters> {
   return {
     name: 'fs_glob',
     readOnly: true,
@@ -89,9 +90,10 @@ export function createFsGlobTool(opts: { maxResults: number }): Tool<typeof Para
       }
       ctx.signal.throwIfAborted()
       matches.sort()
+      const note = (shown: number) => `Only ${shown} matches are shown; use a more specific pattern.`
       const result: Record<string, unknown> = { pattern: input.pattern, matches, truncated }
-      if (truncated) result['note'] = `Only ${opts.maxResults} matches are shown; use a more specific pattern.`
-      return result
+      if (truncated) result['note'] = note(matches.length)
+      return fitListResult(result, 'matches', opts.maxBytes, note)
     },
     recommend(failure) {
       if (failure.code === 'OUTPUT_TOO_LARGE') return ['Narrow the search: a more specific pattern, a sub-folder as path, or a glob filter.']

@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox'
+import { fitListResult } from '../output.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { runInWorker } from '../worker.ts'
@@ -23,6 +24,8 @@ export interface FsGrepOptions {
   maxFileBytes: number
   /** V8 heap of the search thread. */
   maxHeapMb: number
+  /** Bytes of the result as JSON; the matches that do not fit are left out. */
+  maxBytes: number
 }
 
 /** fs_grep: a regular-expression search over workspace files, run on a worker thread so no pattern can block the service. */
@@ -56,10 +59,12 @@ export function createFsGrepTool(opts: FsGrepOptions): Tool<typeof Parameters> {
         maxLineChars: 500
       }
       if (input.glob !== undefined) job.glob = input.glob
-      return runInWorker<GrepResult>(grepWorker, 'grep', job, {
+      const result = await runInWorker<GrepResult>(grepWorker, 'grep', job, {
         signal: ctx.signal,
         resourceLimits: { maxOldGenerationSizeMb: opts.maxHeapMb }
       })
+      return fitListResult({ ...result }, 'matches', opts.maxBytes, (shown) =>
+        `Only the first ${shown} matches are shown; narrow the search with a more specific pattern, a sub-folder as path or a glob.`)
     },
     recommend(failure) {
       const { code, reason } = failure

@@ -2,6 +2,7 @@ import { opendirSync, readdirSync, statSync, type Dirent } from 'node:fs'
 import { lstat } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
+import { fitListResult } from '../output.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
@@ -60,7 +61,7 @@ async function readFolder(dir: string): Promise<Dirent[]> {
 const notEntered = new Set(['.git', 'node_modules'])
 
 /** fs_list: the entries of a folder, breadth first, capped. Symbolic links are listed, never followed. */
-export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Parameters> {
+export function createFsListTool(opts: { maxEntries: number; maxBytes: number }): Tool<typeof Parameters> {
   return {
     name: 'fs_list',
     readOnly: true,
@@ -101,9 +102,10 @@ export function createFsListTool(opts: { maxEntries: number }): Tool<typeof Para
         }
         await Promise.all(sizes)
       }
+      const note = (shown: number) => `Only the first ${shown} entries are shown; list a sub-folder or use fs_glob to narrow down.`
       const result: Record<string, unknown> = { path: relPath, entries, truncated }
-      if (truncated) result['note'] = `Only the first ${opts.maxEntries} entries are shown; list a sub-folder or use fs_glob to narrow down.`
-      return result
+      if (truncated) result['note'] = note(entries.length)
+      return fitListResult(result, 'entries', opts.maxBytes, note)
     },
     recommend(failure) {
       if (failure.code === 'OUTPUT_TOO_LARGE') return ['Narrow the search: a more specific pattern, a sub-folder as path, or a glob filter.']

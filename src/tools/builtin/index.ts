@@ -35,9 +35,9 @@ export function createBuiltinTools(opts: BuiltinToolOptions): Tool[] {
     createFsReadTool({ maxBytes: maxOutputBytes }),
     createFsWriteTool(),
     createFsEditTool({ maxFileBytes: 10 * 1024 * 1024 }),
-    createFsListTool({ maxEntries: 1000 }),
-    createFsGlobTool({ maxResults: 1000 }),
-    createFsGrepTool({ maxFileBytes: 5 * 1024 * 1024, maxHeapMb: 128 }),
+    createFsListTool({ maxEntries: 1000, maxBytes: maxOutputBytes }),
+    createFsGlobTool({ maxResults: 1000, maxBytes: maxOutputBytes }),
+    createFsGrepTool({ maxFileBytes: 5 * 1024 * 1024, maxHeapMb: 128, maxBytes: maxOutputBytes }),
     createHttpFetchTool({
       allowPrivate: opts.httpFetch.allowPrivate,
       allowedHosts: opts.httpFetch.allowedHosts ?? [],
