@@ -31,6 +31,8 @@ export interface CommandResult {
   flooded: boolean
   /** Bytes the command printed, kept or not. */
   outputBytes: number
+  stdoutBytes: number
+  stderrBytes: number
   durationMs: number
 }
 
@@ -128,6 +130,8 @@ export function runCommand(command: string, options: RunCommandOptions): Promise
         aborted,
         flooded,
         outputBytes: stdout.total + stderr.total,
+        stdoutBytes: stdout.total,
+        stderrBytes: stderr.total,
         durationMs: Date.now() - started
       })
     }

@@ -138,3 +138,20 @@ t.test('bash_run reports success, failure, timeout and floods as the model shoul
   t.match(flood, { ok: false, error: { errorType: 'runtime', code: 'OUTPUT_TOO_LARGE', retryable: false } })
   if (!flood.ok) t.match(flood.error.recommendations[0], /filter its output/)
 })
+
+t.test('bash_run fits stdout and stderr together in the cap, escapes counted: the model gets the result object, exit code included', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  // The runtime's cap is the tool's, as the catalog sets them both from AGENTD_TOOL_MAX_OUTPUT_BYTES.
+  const bash = createBashRunTool({ maxOutputBytes: 2000, killAfterBytes: 1 << 20 })
+  const limits = { timeoutMs: 5000, maxOutputBytes: 2000 }
+
+  const both = await runTool(bash, { command: 'seq 1 1000; seq 1 1000 >&2' }, ws.ctx(), limits)
+  t.match(both, { ok: true, result: { exitCode: 0, truncated: true, stdout: /^1\n2\n3\n[^]*\[output truncated: showing the first \d+ of 3893 bytes\]$/, stderr: /^1\n2\n[^]*of 3893 bytes\]$/ } })
+
+  const colours = await runTool(bash, { command: 'echo err >&2; for i in $(seq 1 600); do printf "\\033[0m"; done; exit 3' }, ws.ctx(), limits)
+  t.match(colours, {
+    ok: false,
+    error: { errorType: 'logical', message: 'The command exited with code 3.', detail: { exitCode: 3, stderr: 'err\n', stdout: /^\u001b\[0m[^]*\[output truncated/, truncated: true } }
+  }, 'a failure keeps its output as fields too, the short stderr whole')
+})

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import { ToolFailure } from '../tool-errors.ts'
-import { runCommand } from '../command.ts'
+import { runCommand, type CommandResult } from '../command.ts'
+import { jsonFittingPrefix, truncationNote } from '../output.ts'
 import type { Tool } from '../types.ts'
 
 const Parameters = Type.Object(
@@ -12,7 +13,7 @@ const Parameters = Type.Object(
 )
 
 export interface BashRunOptions {
-  /** Bytes kept of stdout and of stderr each. */
+  /** Bytes of the result as JSON, stdout and stderr included. */
   maxOutputBytes: number
   /** Total output after which the command is killed. */
   killAfterBytes: number
@@ -23,8 +24,8 @@ export function createBashRunTool(opts: BashRunOptions): Tool<typeof Parameters>
   return {
     name: 'bash_run',
     description:
-      'Run a bash command in the workspace root. Returns exitCode, stdout and stderr (each cut at ' +
-      `${opts.maxOutputBytes} bytes). A non-zero exit is reported as a failure with the output. ` +
+      'Run a bash command in the workspace root. Returns exitCode, stdout and stderr (cut to fit in ' +
+      `${opts.maxOutputBytes} bytes together). A non-zero exit is reported as a failure with the output. ` +
       'The command and everything it starts are killed when it ends, times out or floods its output.',
     parameters: Parameters,
     async execute(input, ctx) {
@@ -37,7 +38,7 @@ export function createBashRunTool(opts: BashRunOptions): Tool<typeof Parameters>
         // Only what a command needs: the service's own secrets (API keys, database URL) stay out.
         env: { PATH: process.env['PATH'] ?? '/usr/local/bin:/usr/bin:/bin', HOME: ctx.workspace, LANG: 'C.UTF-8', TERM: 'dumb' }
       })
-      const output = { stdout: run.stdout, stderr: run.stderr, truncated: run.truncated }
+      const output = fitOutput(run, opts.maxOutputBytes)
       if (run.flooded) {
         throw new ToolFailure('OUTPUT_TOO_LARGE', `The command printed more than ${opts.killAfterBytes} bytes and was stopped.`, {
           ...output,
@@ -72,4 +73,30 @@ export function createBashRunTool(opts: BashRunOptions): Tool<typeof Parameters>
       return undefined
     }
   }
+}
+
+/** JSON bytes kept for a truncation note, and for the result's other fields (exitCode, signal, error, the keys). */
+const NOTE_ROOM = 100
+const OTHER_FIELDS_ROOM = 200
+
+/**
+ * stdout and stderr as the result shows them: together, as JSON (escapes counted: a terminal's
+ * colour codes take 6 bytes each), within maxBytes, so that the model gets the result object
+ * rather than its JSON text cut. The shorter stream keeps what it needs, up to half.
+ */
+function fitOutput(run: CommandResult, maxBytes: number): { stdout: string; stderr: string; truncated: boolean } {
+  const room = maxBytes - OTHER_FIELDS_ROOM
+  if (jsonBytes(run.stdout) + jsonBytes(run.stderr) <= room) return { stdout: run.stdout, stderr: run.stderr, truncated: run.truncated }
+  const half = Math.floor(room / 2)
+  const stdoutShare = jsonBytes(run.stdout) <= jsonBytes(run.stderr) ? Math.min(jsonBytes(run.stdout), half) : room - Math.min(jsonBytes(run.stderr), half)
+  return { stdout: cut(run.stdout, run.stdoutBytes, stdoutShare), stderr: cut(run.stderr, run.stderrBytes, room - stdoutShare), truncated: true }
+}
+
+const jsonBytes = (text: string) => Buffer.byteLength(JSON.stringify(text))
+
+/** `text` (of a stream that printed `total` bytes) cut so that its JSON, note included, takes at most `share` bytes. */
+function cut(text: string, total: number, share: number): string {
+  if (jsonBytes(text) <= share) return text
+  const shown = jsonFittingPrefix(text, Math.max(2, share - NOTE_ROOM))
+  return shown + truncationNote(Buffer.byteLength(shown), total)
 }
