@@ -202,6 +202,26 @@ t.test('fs_list reads a large folder whole (past what it reads at once), sorted,
   t.match(result.note, /first 1000 entries/)
 })
 
+t.test('a name that is not UTF-8 (a file, a folder) does not fail fs_list or fs_grep for the whole workspace', async (t) => {
+  const ws = await setup(t)
+  // Bytes 0xff: Node reads the name as UTF-8, so the name it gives leads nowhere.
+  const latin1 = (name: string) => Buffer.from(path.join(ws.root, name), 'latin1')
+  await writeFile(latin1('bad-\xff.txt'), 'x marks\n')
+  await mkdir(latin1('dir-\xff'))
+  await writeFile(Buffer.concat([latin1('dir-\xff'), Buffer.from('/inside.txt')]), 'x marks\n')
+
+  const listed = await call(ws, 'fs_list', { recursive: true })
+  t.match(listed, { ok: true, result: { truncated: false } })
+  const entries = (listed.ok ? (listed.result as { entries: Array<{ path: string; type: string; size?: number }> }).entries : [])
+  t.match(entries.find((e) => e.path === 'bad-\ufffd.txt'), { type: 'file' }, 'the file is listed (without a size)')
+  t.match(entries.find((e) => e.path === 'dir-\ufffd'), { type: 'dir' }, 'the folder is listed, not entered')
+  t.match(entries.find((e) => e.path === 'src/main.ts'), { type: 'file', size: 46 }, 'and everything else as usual')
+
+  const found = await call(ws, 'fs_grep', { pattern: 'import|export' })
+  t.match(found, { ok: true, result: { truncated: false, filesSkipped: 1 } })
+  t.same((found.ok ? (found.result as { matches: Array<{ path: string }> }).matches : []).map((m) => m.path), ['src/lib/x.ts', 'src/main.ts'])
+})
+
 t.test('fs_glob matches inside the workspace only', async (t) => {
   const ws = await setup(t)
   await mkdir(path.join(ws.root, 'node_modules', 'pkg'), { recursive: true })

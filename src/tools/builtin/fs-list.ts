@@ -84,6 +84,9 @@ export function createFsListTool(opts: { maxEntries: number; maxBytes: number })
           if (err.code === 'ENOTDIR' && current === dir) {
             throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' })
           }
+          // A sub-folder removed since it was listed, or named in bytes that are not UTF-8 (read as
+          // UTF-8, its name leads nowhere): it is listed, not entered, and the listing goes on.
+          if (err.code === 'ENOENT' && current !== dir) return []
           throw err
         })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
         const sizes: Array<Promise<void>> = []
@@ -96,7 +99,12 @@ export function createFsListTool(opts: { maxEntries: number; maxBytes: number })
           const type: EntryType = child.isSymbolicLink() ? 'symlink' : child.isDirectory() ? 'dir' : child.isFile() ? 'file' : 'other'
           const entry: Entry = { path: toWorkspacePath(root, full), type }
           // The sizes of a folder's files are asked for together: the thread pool reads them side by side.
-          if (type === 'file') sizes.push(lstat(full).then((stats) => { entry.size = stats.size }))
+          // A file gone since, or named in bytes that are not UTF-8, is listed without its size.
+          if (type === 'file') {
+            sizes.push(lstat(full).then((stats) => { entry.size = stats.size }, (err: NodeJS.ErrnoException) => {
+              if (err.code !== 'ENOENT') throw err
+            }))
+          }
           entries.push(entry)
           if (input.recursive && type === 'dir' && !notEntered.has(child.name)) queue.push(full)
         }

@@ -1,4 +1,4 @@
-import { lstatSync, readdirSync, readFileSync } from 'node:fs'
+import { lstatSync, readdirSync, readFileSync, type Dirent } from 'node:fs'
 import path from 'node:path'
 
 /** What fs_grep hands to its worker thread; paths are real and inside the workspace. */
@@ -23,7 +23,7 @@ export interface GrepResult {
   matches: GrepMatch[]
   truncated: boolean
   filesSearched: number
-  /** Files passed over: binary, or larger than maxFileBytes. */
+  /** Files passed over: binary, larger than maxFileBytes, or gone (removed during the search, or named in bytes that are not UTF-8). */
   filesSkipped: number
 }
 
@@ -46,13 +46,8 @@ export function grep(job: GrepJob): GrepResult {
 
   const searchFile = (file: string): boolean => {
     if (!wanted(file)) return true
-    const size = lstatSync(file).size
-    if (size > job.maxFileBytes) {
-      result.filesSkipped++
-      return true
-    }
-    const buf = readFileSync(file)
-    if (buf.subarray(0, 8192).includes(0)) {
+    const buf = readSearchable(file, job.maxFileBytes)
+    if (buf === null || buf.subarray(0, 8192).includes(0)) {
       result.filesSkipped++
       return true
     }
@@ -73,7 +68,7 @@ export function grep(job: GrepJob): GrepResult {
 
   // Depth first in name order, so the matches (and which ones the cap keeps) follow path order.
   const walk = (dir: string): boolean => {
-    const entries = readdirSync(dir, { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+    const entries = readdirOrNothing(dir).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
     for (const entry of entries) {
       const full = path.join(dir, entry.name)
       if (entry.isDirectory() && !notEntered.has(entry.name)) {
@@ -86,4 +81,28 @@ export function grep(job: GrepJob): GrepResult {
   if (lstatSync(job.start).isFile()) searchFile(job.start)
   else walk(job.start)
   return result
+}
+
+/**
+ * A file's bytes; null when it is larger than maxBytes, or gone: removed since its folder was read,
+ * or named in bytes that are not UTF-8 (read as UTF-8, its name leads nowhere). Such a file is
+ * passed over rather than failing the whole search.
+ */
+function readSearchable(file: string, maxBytes: number): Buffer | null {
+  try {
+    return lstatSync(file).size > maxBytes ? null : readFileSync(file)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw err
+  }
+}
+
+/** A folder's entries; none when it is gone (removed, or named in bytes that are not UTF-8). */
+function readdirOrNothing(dir: string): Dirent[] {
+  try {
+    return readdirSync(dir, { withFileTypes: true })
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return []
+    throw err
+  }
 }
