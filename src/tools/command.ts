@@ -36,6 +36,9 @@ export interface CommandResult {
   durationMs: number
 }
 
+/** The longest delay setTimeout takes. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
 // After SIGKILL the pipes close at once unless a process is stuck in the kernel; do not wait on it forever.
 const closeGraceMs = 1000
 
@@ -147,13 +150,14 @@ export function runCommand(command: string, options: RunCommandOptions): Promise
       stop()
     }
 
+    // setTimeout fires at once for a delay over 2^31 - 1 ms (bash_run's timeoutMs has no maximum): one that long is no limit.
     const timer =
       options.timeoutMs === undefined
         ? undefined
         : setTimeout(() => {
             timedOut = true
             stop()
-          }, options.timeoutMs)
+          }, Math.min(options.timeoutMs, MAX_TIMER_MS))
     if (options.signal?.aborted) onAbort()
     else options.signal?.addEventListener('abort', onAbort, { once: true })
 

@@ -155,3 +155,11 @@ t.test('bash_run fits stdout and stderr together in the cap, escapes counted: th
     error: { errorType: 'logical', message: 'The command exited with code 3.', detail: { exitCode: 3, stderr: 'err\n', stdout: /^\u001b\[0m[^]*\[output truncated/, truncated: true } }
   }, 'a failure keeps its output as fields too, the short stderr whole')
 })
+
+t.test('a timeoutMs too long for a timer is no limit at all, not one that fires at once', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const bash = createBashRunTool({ maxOutputBytes: 2000, killAfterBytes: 1 << 20 })
+  const slow = await runTool(bash, { command: 'sleep 0.2; echo done', timeoutMs: 1e12 }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 2000 })
+  t.match(slow, { ok: true, result: { exitCode: 0, stdout: 'done\n' } })
+})
