@@ -132,6 +132,22 @@ t.test('fs_write creates files and folders, refuses escapes', async (t) => {
   t.match(await call(ws, 'fs_write', { path: 'src', content: 'x' }), { ok: false, error: { code: 'IO_ERROR' } })
 })
 
+t.test('fs_write below a file is refused as a path that cannot be made, not as an I/O failure to retry', async (t) => {
+  const ws = await setup(t)
+  for (const target of ['README.md/notes.txt', 'README.md/deeper/notes.txt']) {
+    t.match(await call(ws, 'fs_write', { path: target, content: 'x' }), {
+      ok: false,
+      error: {
+        errorType: 'runtime', code: 'IO_ERROR', retryable: false,
+        message: `"${target}" cannot be made: part of its folder path is a file, not a folder.`,
+        detail: { path: target, reason: 'parent_not_directory' },
+        recommendations: [/use fs_list on its parent folders/]
+      }
+    }, target)
+  }
+  t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), '# Title\nline two\nline three\n', 'the file is left as it was')
+})
+
 t.test('fs_edit replaces exact text; a mismatch or ambiguity is logical', async (t) => {
   const ws = await setup(t)
   t.match(await call(ws, 'fs_edit', { path: 'src/lib/x.ts', oldText: 'x = 1', newText: 'x = "$&"' }), { ok: true, result: { replacements: 1 } })

@@ -12,6 +12,13 @@ export function isDirectory(relPath: string): ToolFailure {
   return new ToolFailure('IO_ERROR', `"${relPath}" is a directory.`, { path: relPath, reason: 'is_directory' })
 }
 
+/** A file stands where a folder of the path should be: no retry can make the folder. */
+export function parentNotDirectory(relPath: string, cause: unknown): ToolFailure {
+  return new ToolFailure('IO_ERROR', `"${relPath}" cannot be made: part of its folder path is a file, not a folder.`, {
+    path: relPath, reason: 'parent_not_directory'
+  }, { retryable: false, cause })
+}
+
 /** The file system is full (or the quota used up): the file was left as it was. */
 export function diskFull(relPath: string, cause: unknown): ToolFailure {
   return new ToolFailure('IO_ERROR', `No space left on the disk: "${relPath}" was left as it was.`, { path: relPath, reason: 'disk_full' }, {
@@ -36,6 +43,9 @@ export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFa
   if (code !== 'IO_ERROR') return undefined
   if (reason === 'is_directory' || detail?.['errno'] === 'EISDIR') {
     return [`"${path}" is a directory; use fs_list to see its entries, or name a file inside it.`]
+  }
+  if (reason === 'parent_not_directory') {
+    return [`Part of "${path}"'s folder path is a file; use fs_list on its parent folders to see which, and choose another path.`]
   }
   if (reason === 'not_directory') return [`"${path}" is a file, not a folder; read it with fs_read, or list its parent folder.`]
   if (reason === 'disk_full') {

@@ -3,7 +3,7 @@ import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import type { Tool } from '../types.ts'
 import { resolveInWorkspace } from '../workspace.ts'
-import { isDirectory, notRegularFile, recommendFsFailure } from './fs-failures.ts'
+import { isDirectory, notRegularFile, parentNotDirectory, recommendFsFailure } from './fs-failures.ts'
 import { replaceFile } from './fs-replace.ts'
 
 const Parameters = Type.Object(
@@ -30,7 +30,10 @@ export function createFsWriteTool(): Tool<typeof Parameters> {
         },
         () => null
       )
-      await mkdir(path.dirname(file), { recursive: true })
+      await mkdir(path.dirname(file), { recursive: true }).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === 'EEXIST' || err.code === 'ENOTDIR') throw parentNotDirectory(input.path, err)
+        throw err
+      })
       // A new file renamed over the path: neither a link swapped in after the checks above nor a
       // hard link to a file outside the workspace is written through, and a failed write leaves the old file.
       await replaceFile(file, input.content, { relPath: input.path, mode: existing ? existing.mode & 0o7777 : 0o644, signal: ctx.signal })
