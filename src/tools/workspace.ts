@@ -30,7 +30,7 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   const realRoot = await workspaceRoot(root)
   const lexical = path.resolve(realRoot, relPath)
   if (!isInside(realRoot, lexical)) throw traversal(relPath)
-  const resolved = resolveTooLongAsInvalid(relPath, () => realpathAllowMissing(lexical, 0))
+  const resolved = resolveOrRefuse(relPath, () => realpathAllowMissing(lexical, 0))
   if (!isInside(realRoot, resolved.path)) throw traversal(relPath)
   // A path no file system call could take (one to be made, below a real parent) is a bad argument, not an I/O failure.
   if (Buffer.byteLength(resolved.path) > MAX_PATH_BYTES || resolved.path.split(path.sep).some((name) => Buffer.byteLength(name) > MAX_NAME_BYTES)) {
@@ -117,11 +117,18 @@ function tooLong(relPath: string): ToolFailure {
   })
 }
 
-function resolveTooLongAsInvalid<T>(relPath: string, resolve: () => T): T {
+/** A path too long, or whose links go round in a loop: no retry can resolve it. */
+function resolveOrRefuse<T>(relPath: string, resolve: () => T): T {
   try {
     return resolve()
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENAMETOOLONG') throw tooLong(relPath)
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENAMETOOLONG') throw tooLong(relPath)
+    if (code === 'ELOOP') {
+      throw new ToolFailure('IO_ERROR', `"${relPath}" cannot be resolved: its symbolic links lead round in a loop (or through more than ${maxLinkHops}).`, {
+        path: relPath, reason: 'link_loop', errno: 'ELOOP'
+      }, { retryable: false, cause: err })
+    }
     throw err
   }
 }
@@ -152,9 +159,7 @@ function realpathAllowMissing(target: string, hops: number): { path: string; exi
       // Missing: go on with its parent.
     }
     if (isLink) {
-      if (hops >= maxLinkHops) {
-        throw new ToolFailure('IO_ERROR', 'Too many levels of symbolic links.', { errno: 'ELOOP' })
-      }
+      if (hops >= maxLinkHops) throw Object.assign(new Error('Too many levels of symbolic links'), { code: 'ELOOP' })
       const linkTarget = path.resolve(path.dirname(current), readlinkSync(current))
       return realpathAllowMissing(path.join(linkTarget, ...rest), hops + 1)
     }

@@ -7,7 +7,9 @@ import { tmpdir } from 'node:os'
 import pino from 'pino'
 import { loadConfig } from '../../src/config.ts'
 import type { SessionRecord } from '../../src/store/store.ts'
+import { createFsReadTool } from '../../src/tools/builtin/fs-read.ts'
 import { ToolCatalog } from '../../src/tools/catalog.ts'
+import { runTool } from '../../src/tools/runtime.ts'
 import { ToolFailure } from '../../src/tools/tool-errors.ts'
 import { ensureWorkspace, resolveInWorkspace, toWorkspacePath } from '../../src/tools/workspace.ts'
 import { makeWorkspace } from '../fixtures/tools/context.ts'
@@ -55,6 +57,21 @@ t.test('symbolic links cannot lead out of the workspace', async (t) => {
   await refusedAs(t, resolveInWorkspace(ws.root, 'dirlink/new.txt', { forWrite: true }), 'PATH_TRAVERSAL')
   await refusedAs(t, resolveInWorkspace(ws.root, 'dangling', { forWrite: true }), 'PATH_TRAVERSAL')
   t.equal(await resolveInWorkspace(ws.root, 'goodlink'), path.join(ws.root, 'inside.txt'), 'a link inside resolves to its target')
+})
+
+t.test('links that go round in a loop, existing or dangling, are a path no retry can resolve', async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  await symlink('loop2', path.join(ws.root, 'loop1'))
+  await symlink('loop1', path.join(ws.root, 'loop2'))
+  // A dangling chain: each link leads to the next one's missing file below it.
+  for (let i = 0; i < 45; i++) await symlink(`chain${i + 1}/x`, path.join(ws.root, `chain${i}`))
+  for (const relPath of ['loop1', 'loop1/file.txt', 'chain0']) {
+    const err = await resolveInWorkspace(ws.root, relPath).then(() => null, (e: unknown) => e)
+    t.match(err, { code: 'IO_ERROR', retryable: false, detail: { path: relPath, reason: 'link_loop', errno: 'ELOOP' } }, relPath)
+  }
+  const read = await runTool(createFsReadTool({ maxBytes: 1000 }), { path: 'loop1' }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.match(read, { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, recommendations: [/go round in a loop; do not retry/] } })
 })
 
 t.test('mustExist reports a missing path as NOT_FOUND, forWrite refuses the root', async (t) => {

@@ -47,6 +47,7 @@ export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFa
   if (reason === 'parent_not_directory') {
     return [`Part of "${path}"'s folder path is a file; use fs_list on its parent folders to see which, and choose another path.`]
   }
+  if (reason === 'link_loop') return [`"${path}" leads through symbolic links that go round in a loop; do not retry it, use fs_list on its folder to see the links.`]
   if (reason === 'not_directory') return [`"${path}" is a file, not a folder; read it with fs_read, or list its parent folder.`]
   if (reason === 'disk_full') {
     return [
