@@ -163,6 +163,15 @@ t.test('fs_edit replaces exact text; a mismatch or ambiguity is logical', async 
   t.match(await call(ws, 'fs_edit', { path: 'gone.txt', oldText: 'a', newText: 'b' }), { ok: false, error: { code: 'NOT_FOUND' } })
 })
 
+t.test('fs_edit matches several lines of a CRLF file as fs_read shows them (without "\\r"), keeping its line ends', async (t) => {
+  const ws = await setup(t)
+  await writeFile(path.join(ws.root, 'win.txt'), 'one\r\ntwo\r\nthree\r\n')
+  t.match(await call(ws, 'fs_read', { path: 'win.txt' }), { ok: true, result: { content: 'one\ntwo\nthree' } })
+  t.match(await call(ws, 'fs_edit', { path: 'win.txt', oldText: 'one\ntwo', newText: 'uno\ndos' }), { ok: true, result: { replacements: 1 } })
+  t.equal(await readFile(path.join(ws.root, 'win.txt'), 'utf8'), 'uno\r\ndos\r\nthree\r\n')
+  t.match(await call(ws, 'fs_edit', { path: 'win.txt', oldText: 'dos\nfour', newText: 'x' }), { ok: false, error: { code: 'NOT_FOUND', detail: { reason: 'no_match' } } })
+})
+
 t.test('a FIFO is refused at once instead of blocking a thread', async (t) => {
   const ws = await setup(t)
   execFileSync('mkfifo', [path.join(ws.root, 'pipe')])

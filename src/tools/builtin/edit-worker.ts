@@ -20,11 +20,22 @@ export interface EditJob {
 const JOIN_EVERY = 65_536
 
 /**
+ * The edit of a file's text. fs_read shows lines without their "\r": a multi-line oldText copied
+ * from a CRLF file matches nothing as given, so it is tried again with the file's line ends (and
+ * newText gets them too).
+ */
+export function planEdit(text: string, job: Omit<EditJob, 'file'>): EditPlan {
+  const plan = planReplacement(text, job.oldText, job.newText, job)
+  if (plan.kind !== 'no_match' || !job.oldText.includes('\n') || !text.includes('\r\n')) return plan
+  const crlf = (s: string) => s.replace(/\r?\n/g, '\r\n')
+  return planReplacement(text, crlf(job.oldText), crlf(job.newText), job)
+}
+
+/**
  * Counts the matches and sizes the result before building it, so an edit that would multiply the
  * file (a short oldText everywhere, a long newText) costs neither the memory nor the disk.
  */
-export function planEdit(text: string, job: Omit<EditJob, 'file'>): EditPlan {
-  const { oldText, newText } = job
+function planReplacement(text: string, oldText: string, newText: string, job: Omit<EditJob, 'file'>): EditPlan {
   let occurrences = 0
   for (let at = text.indexOf(oldText); at !== -1; at = text.indexOf(oldText, at + oldText.length)) occurrences++
   if (occurrences === 0) return { kind: 'no_match' }
