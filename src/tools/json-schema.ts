@@ -118,7 +118,7 @@ function translate(node: unknown, field: string, depth: number): TSchema {
 }
 
 function typed(node: Record<string, unknown>, type: unknown, typeField: string, field: string, depth: number): TSchema {
-  if (typeof type !== 'string' || !(type in keywordsByType)) {
+  if (typeof type !== 'string' || !Object.hasOwn(keywordsByType, type)) {
     throw new ToolSpecError(typeField, `must be one of ${Object.keys(keywordsByType).join(', ')}`)
   }
   const allowed = keywordsByType[type] ?? []

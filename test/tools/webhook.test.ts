@@ -113,6 +113,9 @@ t.test('JSON Schema parameters: what cannot be checked is refused at creation, n
     [[], 'parameters', /JSON Schema object/],
     [{ type: 'object', properties: { a: { $ref: '#/defs/a' } } }, 'parameters.properties.a', /"\$ref" is not supported/],
     [{ type: 'object', properties: { a: { type: 'strin' } } }, 'parameters.properties.a.type', /must be one of/],
+    // Names Object.prototype has were taken for types (toString as an object schema): every model call refused the tool.
+    [{ type: 'object', properties: { a: { type: 'toString' } } }, 'parameters.properties.a.type', /must be one of/],
+    [{ type: 'object', properties: { a: { type: ['string', 'constructor'] } } }, 'parameters.properties.a.type[1]', /must be one of/],
     [{ type: 'object', properties: { a: { type: 'string', pattern: '(' } } }, 'parameters.properties.a.pattern', /not a valid regular expression/],
     [{ type: 'object', properties: { a: { type: 'array', items: [{ type: 'string' }] } } }, 'parameters.properties.a.items', /tuple/],
     [{ type: 'object', properties: { a: { enum: [] } } }, 'parameters.properties.a.enum', /non-empty/],
