@@ -208,7 +208,8 @@ t.test('a gzip, deflate or br body is decoded up to maxBytes: a decompression bo
       : req.url === '/deflate' ? ['deflate', deflateSync(text)]
         : req.url === '/br' ? ['br', brotliCompressSync(text)]
             : req.url === '/broken' ? ['gzip', Buffer.from('not gzip at all')]
-              : ['zstd', Buffer.from([0x28, 0xb5, 0x2f, 0xfd])]
+              : req.url === '/proto' ? ['constructor', Buffer.from('as is')]
+                : ['zstd', Buffer.from([0x28, 0xb5, 0x2f, 0xfd])]
     res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': encoding }).end(body)
   })
   // An endless body of gzip-ed a's: it inflates to as much as the reader asks for, and never ends.
@@ -235,6 +236,8 @@ t.test('a gzip, deflate or br body is decoded up to maxBytes: a decompression bo
     ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', retryable: false, detail: { encoding: 'gzip', reason: 'bad_encoding' } }
   })
   t.match(await fetchWith(t, allow, { url: `${target.origin}/zstd` }), { ok: true, result: { body: null, note: 'Content encoded as zstd is not shown.' } })
+  t.match(await fetchWith(t, allow, { url: `${target.origin}/proto` }), { ok: true, result: { body: null, note: 'Content encoded as constructor is not shown.' } },
+    'an encoding named like an Object.prototype member is one agentd does not decode')
   t.match(await fetchWith(t, allow, { url: `${target.origin}/gzip`, method: 'HEAD' }), { ok: true, result: { status: 200, body: '' } },
     'a HEAD answer names its encoding but has no body to decode')
   const empty = await serve(t, (_req, res) => res.writeHead(204, { 'content-type': 'text/plain', 'content-encoding': 'br' }).end())

@@ -212,7 +212,7 @@ async function send(
 async function readResponse(response: Dispatcher.ResponseData, url: URL, redirects: number, maxBytes: number) {
   const contentType = header(response.headers, 'content-type') ?? ''
   const encoding = (header(response.headers, 'content-encoding') ?? '').trim().toLowerCase()
-  const decoder = encoding === '' || encoding === 'identity' ? null : decoders[encoding]?.() ?? undefined
+  const decoder = encoding === '' || encoding === 'identity' ? null : Object.hasOwn(decoders, encoding) ? decoders[encoding]?.() : undefined
   const textual = decoder !== undefined && (contentType === '' || textTypes.test(contentType))
   if (!textual) {
     // Nothing of it is shown: not a byte more is read.
