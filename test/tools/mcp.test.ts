@@ -611,10 +611,11 @@ t.test('a result in the {toolResult} form of protocol 2024-10-07 (which the SDK 
 
 t.test('a result whose content is not a list of blocks is never an empty result: text and one block are read, else a classified error', async (t) => {
   const ctx = await appWithMcp(t, { raw: rawServer([{ name: 'content_as', inputSchema: { type: 'object' } }]) })
-  const contents = ['bare text', { type: 'text', text: 'one block' }, 42, null, { answer: 1 }]
+  const contents = ['bare text', { type: 'text', text: 'one block' }, 42, null, { answer: 1 }, [{ type: 'text', text: { not: 'a string' } }]]
   const { toolResults, run } = await runCalls(ctx, { tools: ['raw__content_as'] }, contents.map((content) => ({ name: 'raw__content_as', arguments: { content } })))
   t.equal(run.status, 'completed', 'the run goes on')
   t.same(toolResults.slice(0, 2), ['bare text', 'one block'])
+  t.same(toolResults[5], { not: 'a string' }, 'a text block whose text is no string is shown as its JSON, not "[object Object]"')
   for (const [i, kind] of [[2, 'a number'], [3, 'null'], [4, 'an object that is not a content block']] as const) {
     t.match(toolResults[i], {
       ok: false, errorType: 'runtime', code: 'IO_ERROR', retryable: false,

@@ -40,7 +40,8 @@ function contentBlocks(content: unknown): unknown[] | null {
 function describeBlock(block: Block): string {
   switch (block.type) {
     case 'text':
-      return String(block['text'] ?? '')
+      // A non-conforming server's text that is no string is shown as JSON, not as "[object Object]".
+      return typeof block['text'] === 'string' ? block['text'] : JSON.stringify(block['text'] ?? '')
     case 'image':
     case 'audio':
       return `[${block.type}: ${String(block['mimeType'] ?? 'unknown type')}, ${base64Bytes(block['data'])} bytes; the ${block.type} itself is not shown here]`
