@@ -116,10 +116,12 @@ export function capResult(value: unknown, maxBytes: number): Capped {
   return { ok: true, result: cut.text + truncationNote(Buffer.byteLength(cut.text), cut.bytes), truncated: true }
 }
 
-/** A failure's message and detail come from the tool (an MCP server's isError text, …): capped like a result. */
+/** A failure's message, advice and detail come from the tool (an MCP server's isError text, a webhook's answer, …): each capped like a result. */
 export function capDetail(error: ClassifiedError, maxBytes: number): ClassifiedError {
   const message = truncateUtf8(error.message, maxBytes)
   if (message.truncated) error = { ...error, message: message.text + truncationNote(Buffer.byteLength(message.text), message.bytes) }
+  const recommendations = capRecommendations(error.recommendations, maxBytes)
+  if (recommendations !== error.recommendations) error = { ...error, recommendations }
   if (error.detail === undefined) return error
   const capped = capResult(error.detail, maxBytes)
   if (capped.ok && !capped.truncated) return error
@@ -198,4 +200,15 @@ export function createConcurrencyLimiter(max: number): ConcurrencyLimiter {
     active: (key) => lanes.get(key)?.active ?? 0,
     queued: (key) => lanes.get(key)?.waiting.length ?? 0
   }
+}
+
+/** The recommendations that fit in maxBytes together, the last one cut with a note; the list itself when all fit. */
+function capRecommendations(list: string[], maxBytes: number): string[] {
+  let room = maxBytes
+  for (const [i, advice] of list.entries()) {
+    const cut = truncateUtf8(advice, room)
+    if (cut.truncated) return [...list.slice(0, i), cut.text + truncationNote(Buffer.byteLength(cut.text), cut.bytes)]
+    room -= cut.bytes
+  }
+  return list
 }

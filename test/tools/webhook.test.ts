@@ -203,6 +203,21 @@ t.test("a pattern is shown but left to the webhook: a catastrophic one reaches i
   t.match(checkToolInput('spell', tool.parameters, { word: 'a'.repeat(41) }), { code: 'VALIDATION_ERROR' }, 'the other keywords are still checked')
 })
 
+t.test("a webhook's own advice on its failure is capped like its message: a huge recommendation does not reach the model whole", async (t) => {
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const advice = ['check the city', 'r'.repeat(500_000), 'and this one never fits']
+  const hook = await webhookServer(t, (_body, _req, res) => res.end(JSON.stringify({ ok: false, error: 'no such city', recommendations: advice })))
+  const tool = createWebhookTool({ name: 'weather', description: 'd', parameters: { type: 'object' }, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const outcome = await runTool(tool, {}, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.match(outcome, { ok: false, error: { errorType: 'logical', message: 'no such city' } })
+  const given = outcome.ok ? [] : outcome.error.recommendations
+  t.equal(given.length, 2)
+  t.equal(given[0], 'check the city', 'what fits is kept as it is')
+  t.match(given[1], /^r+\n\[output truncated: showing the first \d+ of 500000 bytes\]$/)
+  t.ok(Buffer.byteLength(given.join('')) < 1200, `${Buffer.byteLength(given.join(''))} bytes of advice`)
+})
+
 t.test('a failing webhook tells the model what to do: its Retry-After, whether a retry can help, its own advice', async (t) => {
   const ws = await makeWorkspace()
   t.teardown(ws.cleanup)
