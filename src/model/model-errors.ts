@@ -204,7 +204,8 @@ function classifyApiError(err: APIError): ModelError {
   const message = `${what}: ${providerMessage}`
 
   // The error body's code names the failure more precisely than the status, whatever the status.
-  if (providerCode === 'context_length_exceeded' || providerType === 'context_length_exceeded') {
+  // llama.cpp's server types an oversized prompt `exceed_context_size_error` (code 400).
+  if (providerCode === 'context_length_exceeded' || providerType === 'context_length_exceeded' || providerType === 'exceed_context_size_error') {
     return createModelError('CONTEXT_LENGTH_EXCEEDED', message, opts)
   }
   if (providerCode === 'model_not_found' || providerCode === 'DeploymentNotFound') {
@@ -227,14 +228,14 @@ function classifyApiError(err: APIError): ModelError {
   if (status === 413) return createModelError('CONTEXT_LENGTH_EXCEEDED', message, opts)
   if (status === 429) return createModelError('RATE_LIMITED', message, opts)
   if (status >= 500) return createModelError('SERVER_ERROR', message, opts)
-  // vLLM, llama.cpp and others report an oversized prompt only in the message of a 400.
+  // vLLM, older llama.cpp ("exceeds the available context size") and others report an oversized prompt only in the message of a 400.
   if ((status === 400 || status === 422) && contextLengthMessage.test(providerMessage)) {
     return createModelError('CONTEXT_LENGTH_EXCEEDED', message, opts)
   }
   return createModelError('UNKNOWN', message, { ...opts, errorType: 'runtime' })
 }
 
-const contextLengthMessage = /context (length|window)|maximum context|too many tokens|prompt is too long|exceeds? the (model'?s )?(max|context)/i
+const contextLengthMessage = /context (length|window|size)|maximum context|too many tokens|prompt is too long|exceeds? the (model'?s )?(max|context)/i
 
 /** An error event inside a stream has no status; its body's type is all there is. */
 function classifyStreamedError(

@@ -1,0 +1,54 @@
+import t from 'tap'
+import { buildTestApp, type TestApp } from '../helpers/app.ts'
+import { chunk, errorAnswer, startModelServer, streamOf, textAnswer, type ModelAnswer } from '../helpers/model-server.ts'
+import type { StreamedEvent } from '../helpers/sse.ts'
+
+// Runs against model servers that are not ours, each answering as some real provider does.
+
+async function appWith(t: Parameters<typeof buildTestApp>[0], answer: ModelAnswer) {
+  const server = await startModelServer(t, answer)
+  const ctx = await buildTestApp(t, { app: { model: server.provider } })
+  return { ctx, requests: server.requests }
+}
+
+async function createSession(ctx: TestApp, body: object = { tools: [] }): Promise<string> {
+  const res = await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: body })
+  if (res.statusCode !== 201) throw new Error(`session not created: ${res.body}`)
+  return res.json().id
+}
+
+async function send(ctx: TestApp, sessionId: string, content: string) {
+  const res = await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content } })
+  return res.json()
+}
+
+async function eventsOf(ctx: TestApp, sessionId: string, runId: string): Promise<StreamedEvent[]> {
+  const page = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json()
+  return (page.data as StreamedEvent[]).filter((e) => e.runId === runId)
+}
+
+t.test('llama.cpp refusing a prompt over its context size is CONTEXT_LENGTH_EXCEEDED: the loop compacts harder and retries', async (t) => {
+  // Before, its 400 `exceed_context_size_error` was UNKNOWN and failed the run without compacting.
+  const llamaRefusal = {
+    error: { code: 400, message: 'request (4476 tokens) exceeds the available context size (4096 tokens), try increasing it', type: 'exceed_context_size_error', n_prompt_tokens: 4476, n_ctx: 4096 }
+  }
+  const refusals = [1, 3, 4]
+  let calls = 0
+  const { ctx } = await appWith(t, (res) => {
+    if (refusals.includes(++calls)) return errorAnswer(res, 400, llamaRefusal)
+    textAnswer(res, 'fits now')
+  })
+  const sessionId = await createSession(ctx)
+  const { run, message } = await send(ctx, sessionId, 'hello')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, 'fits now')
+  t.equal(calls, 2, 'asked again after compacting harder (a short history has nothing to compact)')
+  t.notOk((await eventsOf(ctx, sessionId, run.id)).some((e) => e.type === 'error'))
+
+  const refused = await send(ctx, sessionId, 'again')
+  t.match(refused.run, {
+    status: 'failed', error: { code: 'CONTEXT_LENGTH_EXCEEDED', errorType: 'runtime', fatal: true, detail: { status: 400, providerType: 'exceed_context_size_error' } }
+  })
+  t.ok(refused.run.error.recommendations.some((r: string) => /limits\.contextTokens/.test(r)), 'recommends lowering limits.contextTokens')
+  t.equal(calls, 4, 'the harder retry refused too: no more calls')
+})
