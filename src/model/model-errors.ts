@@ -220,7 +220,13 @@ function classifyApiError(err: APIError): ModelError {
     })
   }
 
-  if (status === null) return classifyStreamedError(providerCode, providerType, message, opts)
+  // In a stream (or a 200 JSON body) there is no HTTP status; vLLM, LiteLLM and OpenRouter give it as the error's code.
+  const httpStatus = status ?? statusInCode(err.code)
+  if (httpStatus === null) return classifyStreamedError(providerCode, providerType, message, opts)
+  return classifyStatus(httpStatus, providerMessage, message, opts)
+}
+
+function classifyStatus(status: number, providerMessage: string, message: string, opts: CreateModelErrorOptions): ModelError {
   if (status === 401) return createModelError('AUTHENTICATION_ERROR', message, opts)
   if (status === 403) return createModelError('PERMISSION_DENIED', message, opts)
   if (status === 404) return createModelError('MODEL_NOT_FOUND', message, opts)
@@ -233,6 +239,12 @@ function classifyApiError(err: APIError): ModelError {
     return createModelError('CONTEXT_LENGTH_EXCEEDED', message, opts)
   }
   return createModelError('UNKNOWN', message, { ...opts, errorType: 'runtime' })
+}
+
+/** An error body's `code` that is an HTTP error status (500 or "429"); null for a word such as "rate_limit_exceeded". */
+function statusInCode(code: unknown): number | null {
+  const status = typeof code === 'number' ? code : typeof code === 'string' && /^\d{3}$/.test(code) ? Number(code) : NaN
+  return Number.isInteger(status) && status >= 400 && status <= 599 ? status : null
 }
 
 const contextLengthMessage = /context (length|window|size)|maximum context|too many tokens|prompt is too long|exceeds? the (model'?s )?(max|context)/i

@@ -52,3 +52,31 @@ t.test('llama.cpp refusing a prompt over its context size is CONTEXT_LENGTH_EXCE
   t.ok(refused.run.error.recommendations.some((r: string) => /limits\.contextTokens/.test(r)), 'recommends lowering limits.contextTokens')
   t.equal(calls, 4, 'the harder retry refused too: no more calls')
 })
+
+t.test('an error inside a stream that names its HTTP status in `code` is classified as that status, and retried when it may be', async (t) => {
+  // vLLM sends `{"error": {…, "code": 500}}` inside the stream, LiteLLM `"code": "429"`, OpenRouter a number too.
+  // Before, a code that was not a word was UNKNOWN: not retried, the run failed at once.
+  const errors = [
+    { object: 'error', message: 'The engine is dead.', type: 'InternalServerError', param: null, code: 500 },
+    { message: 'litellm.RateLimitError: Rate limit reached', type: 'None', param: 'None', code: '429' },
+    { message: 'Invalid API key.', code: 401 }
+  ]
+  let calls = 0
+  const { ctx } = await appWith(t, (res) => {
+    calls++
+    const error = [1, 3, 5].includes(calls) ? errors.shift() : undefined
+    if (error) return streamOf(res, JSON.stringify({ error }))
+    textAnswer(res, 'after the retry')
+  })
+  const sessionId = await createSession(ctx)
+  for (const code of ['SERVER_ERROR', 'RATE_LIMITED']) {
+    const { run, message } = await send(ctx, sessionId, code)
+    t.match(run, { status: 'completed' }, `${code} was retried`)
+    t.equal(message.content, 'after the retry')
+    t.match((await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code }])
+  }
+  const { run } = await send(ctx, sessionId, 'bad key')
+  t.match(run, { status: 'failed', error: { code: 'AUTHENTICATION_ERROR', retryable: false, fatal: true, message: /Invalid API key/ } })
+  t.notOk((await eventsOf(ctx, sessionId, run.id)).some((e) => e.type === 'model_retry'))
+  t.equal(calls, 5)
+})
