@@ -80,3 +80,23 @@ t.test('an error inside a stream that names its HTTP status in `code` is classif
   t.notOk((await eventsOf(ctx, sessionId, run.id)).some((e) => e.type === 'model_retry'))
   t.equal(calls, 5)
 })
+
+t.test('compaction never cuts a character in half: every request stays valid Unicode, which strict JSON parsers demand', async (t) => {
+  // Before, a long message of emoji was cut between the two halves of one, in the summary request
+  // and in the truncation note: DeepSeek and Anthropic refuse such a body (400 "lone leading
+  // surrogate", "no low surrogate in string"), so the summary failed and then the run did.
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    const broken = request.messages.find((m) => typeof m.content === 'string' && !m.content.isWellFormed())
+    if (broken) return errorAnswer(res, 400, { error: { message: 'Failed to deserialize the JSON body: lone leading surrogate in hex escape', type: 'invalid_request_error' } })
+    const summarising = typeof request.messages[0]?.content === 'string' && request.messages[0].content.startsWith('You summarise')
+    textAnswer(res, summarising ? 'The user sent a long row of smileys.' : 'ok')
+  })
+  const sessionId = await createSession(ctx, { model: 'deepseek-chat', tools: [], limits: { contextTokens: 5000 } })
+  t.equal((await send(ctx, sessionId, `x${'😀'.repeat(2500)}`)).run.status, 'completed')
+  const { run } = await send(ctx, sessionId, 'and now? '.repeat(700))
+  t.match(run, { status: 'completed', error: null })
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.notOk(events.some((e) => e.type === 'error'), 'no warning: the summary was written')
+  t.match(events.find((e) => e.type === 'context_compacted')?.data, { method: 'summary' })
+  t.ok(requests.every((r) => r.messages.every((m) => typeof m.content !== 'string' || m.content.isWellFormed())), 'every request was valid Unicode')
+})

@@ -189,7 +189,7 @@ export function truncationText(previous: string | null, older: Turn[], counter: 
 
 /** One message as a line of a transcript, cut to `maxChars`; a tool result is named by its tool when `toolNames` knows the call. */
 export function transcriptLine(message: MessageRecord, maxChars: number, toolNames: ReadonlyMap<string, string> = new Map()): string {
-  const clip = (text: string) => (text.length > maxChars ? `${text.slice(0, maxChars)}…` : text)
+  const clip = (text: string) => (text.length > maxChars ? `${sliceWhole(text, maxChars)}…` : text)
   if (message.role === 'tool') {
     const callId = message.toolCallId ?? ''
     return `${toolNames.get(callId) ?? 'tool'} returned: ${clip(message.content ?? '')}`
@@ -204,7 +204,17 @@ export function transcriptLine(message: MessageRecord, maxChars: number, toolNam
 export function cutText(text: string, tokens: number, maxTokens: number, note: string): string {
   if (tokens <= maxTokens) return text
   const keep = Math.floor((text.length * maxTokens) / tokens)
-  return `${text.slice(0, keep)}\n${note}`
+  return `${sliceWhole(text, keep)}\n${note}`
+}
+
+/**
+ * The first `end` UTF-16 units of the text, one fewer when that would keep half of a character
+ * (emoji and others outside the BMP are two): a lone surrogate is sent as a `\ud83d` escape,
+ * which strict JSON parsers (DeepSeek's, Anthropic's) refuse as invalid Unicode.
+ */
+function sliceWhole(text: string, end: number): string {
+  const last = text.charCodeAt(end - 1)
+  return text.slice(0, last >= 0xd800 && last <= 0xdbff ? end - 1 : end)
 }
 
 function droppedStepsNote(count: number): ChatCompletionMessageParam {
