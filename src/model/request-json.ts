@@ -13,9 +13,19 @@ export function chatRequestJson(request: ModelRequest): string {
   let text = `{"model":${JSON.stringify(request.model)},"messages":${JSON.stringify(request.messages)},` +
     '"stream":true,"stream_options":{"include_usage":true}'
   if (request.tools && request.tools.length > 0) text += `,"tools":${toolsJson(request.tools)}`
-  // max_tokens rather than max_completion_tokens: every OpenAI-compatible server (Ollama, vLLM, llama.cpp) reads it.
-  if (request.maxTokens !== undefined) text += `,"max_tokens":${JSON.stringify(request.maxTokens)}`
+  if (request.maxTokens !== undefined) text += `,"${maxTokensField(request.model)}":${JSON.stringify(request.maxTokens)}`
   return text + '}'
+}
+
+/** OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…), which refuse max_tokens with a 400. */
+const completionTokensModels = /^(?:azure\/|openai\/)?(?:o\d|gpt-5)/i
+
+/**
+ * max_tokens for every server that reads it (Ollama, vLLM, llama.cpp and OpenAI's older models);
+ * OpenAI's reasoning models take only max_completion_tokens.
+ */
+function maxTokensField(model: string): 'max_tokens' | 'max_completion_tokens' {
+  return completionTokensModels.test(model) ? 'max_completion_tokens' : 'max_tokens'
 }
 
 const definitionJson = new WeakMap<ChatCompletionTool, string>()

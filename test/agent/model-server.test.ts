@@ -100,3 +100,28 @@ t.test('compaction never cuts a character in half: every request stays valid Uni
   t.match(events.find((e) => e.type === 'context_compacted')?.data, { method: 'summary' })
   t.ok(requests.every((r) => r.messages.every((m) => typeof m.content !== 'string' || m.content.isWellFormed())), 'every request was valid Unicode')
 })
+
+t.test('the summary of an OpenAI reasoning model\'s session asks for max_completion_tokens, the only limit those models take', async (t) => {
+  // Before, it sent max_tokens, which gpt-5 and the o-series refuse with a 400: every summary
+  // failed, and every compaction of such a session fell back to truncation with a warning.
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    if (/^(gpt-5|o\d)/.test(request.model) && request.max_tokens !== undefined) {
+      return errorAnswer(res, 400, {
+        error: { message: "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", type: 'invalid_request_error', param: 'max_tokens', code: 'unsupported_parameter' }
+      })
+    }
+    const summarising = typeof request.messages[0]?.content === 'string' && request.messages[0].content.startsWith('You summarise')
+    textAnswer(res, summarising ? 'The user talked about a fox.' : 'ok')
+  })
+  const words = (tag: string) => `${tag}: ${'the quick brown fox jumps over the lazy dog '.repeat(100)}`
+  for (const model of ['gpt-5-mini', 'o4-mini']) {
+    const sessionId = await createSession(ctx, { model, tools: [], limits: { contextTokens: 1500 } })
+    t.equal((await send(ctx, sessionId, words('first'))).run.status, 'completed')
+    const { run } = await send(ctx, sessionId, words('second'))
+    t.match(run, { status: 'completed', error: null })
+    const events = await eventsOf(ctx, sessionId, run.id)
+    t.notOk(events.some((e) => e.type === 'error'), `${model}: no SUMMARY_FAILED warning`)
+    t.match(events.find((e) => e.type === 'context_compacted')?.data, { method: 'summary' }, `${model}: the older turns were summarised`)
+    t.match(requests.at(-2), { model, max_completion_tokens: Number, max_tokens: undefined }, `${model}: the summary request`)
+  }
+})
