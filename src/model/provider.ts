@@ -292,7 +292,8 @@ function readDelta(choice: ChatCompletionChunk.Choice): Delta {
   // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
   const reasoning = raw['reasoning_content'] ?? raw['reasoning']
   const delta: Delta = {
-    content: stringField(raw['content'], 'delta.content'),
+    // A refusal (OpenAI's `refusal`, sent with content null) is what the model answered: it is read as its text.
+    content: stringField(raw['content'], 'delta.content') + stringField(raw['refusal'], 'delta.refusal'),
     reasoning: stringField(reasoning, raw['reasoning_content'] == null ? 'delta.reasoning' : 'delta.reasoning_content'),
     toolCalls: [],
     toolCallsLength: 0,

@@ -125,3 +125,28 @@ t.test('the summary of an OpenAI reasoning model\'s session asks for max_complet
     t.match(requests.at(-2), { model, max_completion_tokens: Number, max_tokens: undefined }, `${model}: the summary request`)
   }
 })
+
+t.test('a refusal is the answer\'s text: streamed, stored and returned like any text', async (t) => {
+  // OpenAI streams a refusal in `delta.refusal` with `content: null`. Before, it was dropped: the
+  // run completed with an empty answer, and neither the client nor the next call saw why.
+  const refusal = "I'm sorry, I can't help with that."
+  let calls = 0
+  const { ctx } = await appWith(t, (res) => {
+    if (++calls === 1) {
+      return streamOf(res, chunk({ role: 'assistant', content: null, refusal: '' }), chunk({ refusal: "I'm sorry, " }), chunk({ refusal: "I can't help with that." }), chunk({}, 'stop'), '[DONE]')
+    }
+    // A server that ignores stream: true answers one completion whose message holds the refusal.
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal }, finish_reason: 'stop' }] }))
+  })
+  const sessionId = await createSession(ctx)
+  const { run, message } = await send(ctx, sessionId, 'something it refuses')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, refusal)
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.equal(events.filter((e) => e.type === 'text_chunk').map((e) => e.data.delta).join(''), refusal)
+  t.match(events.find((e) => e.type === 'text_chunk_end')?.data, { text: refusal })
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.match(stored.at(-1), { role: 'assistant', content: refusal })
+  t.equal((await send(ctx, sessionId, 'again')).message.content, refusal, 'the same in a whole completion')
+})
