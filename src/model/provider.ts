@@ -88,6 +88,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       const body = chatRequestJson(request)
 
       const answer = new Answer()
+      // [DONE], or a whole completion: the server said the answer is complete.
+      let complete = false
       try {
         const headers = {
           // A string body with its content type is sent by the SDK as it is (its own JSON encoding is skipped).
@@ -125,7 +127,10 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
               else if (text !== null && (unstreamedChars += text.length) <= MAX_ANSWER_CHARS) unstreamed.push(text)
             }
             for (const event of events) {
-              if (event.data === '[DONE]') break reading
+              if (event.data === '[DONE]') {
+                complete = true
+                break reading
+              }
               for (const part of answer.take(parseChunk(event, response.headers))) yield part
             }
             if (text === null) break
@@ -137,13 +142,14 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         }
         if (unstreamed !== null && unstreamedChars > 0) {
           for (const part of answer.take(completionAsChunk(unstreamed.join(''), unstreamedChars, response.headers))) yield part
+          complete = true
         }
       } catch (err) {
         throw classifyModelError(err, context())
       }
       // A signal that fires after the last chunk was read: the caller must still learn the call was cut short.
       if (signal.aborted) throw classifyModelError(signal.reason, context())
-      yield* answer.end()
+      yield* answer.end(complete)
     },
     async close() {
       await dispatcher.close()
@@ -194,11 +200,17 @@ class Answer {
     return delta.content ? [{ type: 'text', delta: delta.content }] : NO_PARTS
   }
 
-  /** The tool calls, in their order, and the finish; INVALID_RESPONSE if the answer never said it was finished. */
-  *end(): Generator<ModelStreamPart> {
+  /**
+   * The tool calls, in their order, and the finish. `complete`: the server ended the answer itself
+   * ([DONE]), which stands for a finish_reason some servers leave out; a body that ends without
+   * either was cut short, a NETWORK_ERROR (retried before the first token).
+   */
+  *end(complete: boolean): Generator<ModelStreamPart> {
     const finishReason = this.#finishReason
-    if (finishReason === null) {
-      throw createModelError('INVALID_RESPONSE', 'The model stream ended without a finish_reason.')
+    if (finishReason === null && !complete) {
+      throw createModelError('NETWORK_ERROR', 'The model stream ended before the answer did: no finish_reason and no [DONE].', {
+        detail: { reason: 'stream_ended_early' }
+      })
     }
     for (const [index, call] of [...this.#calls].sort(([a], [b]) => a - b)) {
       if (!call.name) throw createModelError('INVALID_RESPONSE', `The model streamed tool call ${index} without a name.`)

@@ -150,3 +150,36 @@ t.test('a refusal is the answer\'s text: streamed, stored and returned like any 
   t.match(stored.at(-1), { role: 'assistant', content: refusal })
   t.equal((await send(ctx, sessionId, 'again')).message.content, refusal, 'the same in a whole completion')
 })
+
+t.test('[DONE] without a finish_reason ends the answer; a body that ends with neither was cut short and is retried before its first token', async (t) => {
+  // Before, both were INVALID_RESPONSE: an answer the client had seen whole (DeepSeek on some
+  // hosts leaves finish_reason out) failed its run and was not stored, and an empty 200 body
+  // failed the run instead of being asked again.
+  const answers: Array<(res: Parameters<ModelAnswer>[0]) => void> = [
+    (res) => streamOf(res, chunk({ role: 'assistant', content: 'Whole ' }), chunk({ content: 'answer.' }), '[DONE]'),
+    (res) => res.writeHead(200, { 'content-type': 'text/event-stream' }).end(),
+    (res) => textAnswer(res, 'asked again'),
+    (res) => streamOf(res, chunk({ role: 'assistant', content: 'Half an ' }), chunk({ content: 'answer' }))
+  ]
+  const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
+  const sessionId = await createSession(ctx)
+
+  const whole = await send(ctx, sessionId, 'one')
+  t.match(whole.run, { status: 'completed', error: null })
+  t.equal(whole.message.content, 'Whole answer.')
+
+  const retried = await send(ctx, sessionId, 'two')
+  t.match(retried.run, { status: 'completed', error: null })
+  t.equal(retried.message.content, 'asked again')
+  t.match((await eventsOf(ctx, sessionId, retried.run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'NETWORK_ERROR' }])
+
+  const cut = await send(ctx, sessionId, 'three')
+  t.match(cut.run, { status: 'failed', error: { code: 'NETWORK_ERROR', errorType: 'runtime', fatal: true, detail: { reason: 'stream_ended_early' } } })
+  const events = await eventsOf(ctx, sessionId, cut.run.id)
+  t.notOk(events.some((e) => e.type === 'model_retry'), 'not retried once text was shown: it would be repeated')
+  t.match(events.find((e) => e.type === 'text_chunk_end')?.data, { text: 'Half an answer' })
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.same(stored.map((m: { role: string; content: string }) => [m.role, m.content]), [
+    ['user', 'one'], ['assistant', 'Whole answer.'], ['user', 'two'], ['assistant', 'asked again'], ['user', 'three']
+  ])
+})

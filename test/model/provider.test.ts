@@ -301,8 +301,9 @@ t.test('a provider with neither key nor base URL fails every call with PROVIDER_
 t.test('a server that answers with something other than Chat Completions chunks is INVALID_RESPONSE', async (t) => {
   const bodies = [
     'data: {not json\n\n',
-    // Valid chunks, but the stream ends without a finish_reason.
-    'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\ndata: [DONE]\n\n'
+    // Valid chunks whose delta is not a delta.
+    'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n' +
+      'data: {"id":"x","object":"chat.completion.chunk","created":0,"model":"m","choices":[{"index":0,"delta":{"content":["no"]},"finish_reason":null}]}\n\n'
   ]
   const server = createServer((req, res) => {
     req.resume()
@@ -319,7 +320,7 @@ t.test('a server that answers with something other than Chat Completions chunks 
   const malformed = await failure(provider)
   t.match(malformed.error.classified, { code: 'INVALID_RESPONSE', retryable: false })
   const unfinished = await failure(provider)
-  t.match(unfinished.error.classified, { code: 'INVALID_RESPONSE', message: /finish_reason/ })
+  t.match(unfinished.error.classified, { code: 'INVALID_RESPONSE', message: /delta\.content is a list/ })
   t.same(deltas(unfinished.parts, 'text'), ['hi'])
 })
 
