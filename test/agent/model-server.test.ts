@@ -186,3 +186,37 @@ t.test('[DONE] without a finish_reason ends the answer; a body that ends with ne
     ['user', 'one'], ['assistant', 'Whole answer.'], ['user', 'two'], ['assistant', 'asked again'], ['user', 'three']
   ])
 })
+
+t.test('a tool call whose arguments are not a JSON object is sent back as {}: servers that parse them would refuse every later request of the session', async (t) => {
+  // Servers that render past tool calls through a chat template (vLLM until it learnt to coerce
+  // them) parse their arguments as JSON. Before, the model's truncated arguments went back as they
+  // came: every later request was a 400, and the session could not go on.
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    for (const message of request.messages) {
+      for (const call of (message.role === 'assistant' && message.tool_calls) || []) {
+        let parsed: unknown
+        try {
+          parsed = JSON.parse(call.type === 'function' ? call.function.arguments : '')
+        } catch {}
+        if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+          return errorAnswer(res, 400, { object: 'error', message: "Expecting ',' delimiter: line 1 column 17 (char 16)", type: 'BadRequestError', param: null, code: 400 })
+        }
+      }
+    }
+    if (request.messages.at(-1)?.role === 'user') {
+      return streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'fs_read', arguments: '{"path": "a.txt"' } }] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    textAnswer(res, 'I will send whole arguments next time.')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_read'] })
+  const { run, message } = await send(ctx, sessionId, 'read a.txt')
+  t.match(run, { status: 'completed', error: null, steps: 2 })
+  t.equal(message.content, 'I will send whole arguments next time.')
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.match(events.find((e) => e.type === 'tool:error')?.data, { error: { code: 'VALIDATION_ERROR', message: /not valid JSON/ } }, 'the model was told why')
+  const sent = requests.at(-1)?.messages.find((m) => m.role === 'assistant')
+  t.match(sent, { tool_calls: [{ function: { name: 'fs_read', arguments: '{}' } }] })
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.match(stored[1], { role: 'assistant', toolCalls: [{ name: 'fs_read', arguments: '{"path": "a.txt"' }] }, 'the stored call keeps what the model sent')
+  t.equal((await send(ctx, sessionId, 'and again')).run.status, 'completed', 'the session goes on')
+})
