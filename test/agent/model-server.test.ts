@@ -220,3 +220,29 @@ t.test('a tool call whose arguments are not a JSON object is sent back as {}: se
   t.match(stored[1], { role: 'assistant', toolCalls: [{ name: 'fs_read', arguments: '{"path": "a.txt"' }] }, 'the stored call keeps what the model sent')
   t.equal((await send(ctx, sessionId, 'and again')).run.status, 'completed', 'the session goes on')
 })
+
+t.test('a Retry-After sent twice ("1, 1" once joined) waits its seconds; one that is neither seconds nor an HTTP date is ignored', async (t) => {
+  // Before, both went to Date.parse, which reads "1, 1" as 1 January 2001 (a date past: the retry
+  // went out at once) and "wait 3600" as the year 3600 (the run failed, asked to wait 1 600 years).
+  const answers: Array<(res: Parameters<ModelAnswer>[0]) => void> = [
+    (res) => {
+      res.setHeader('retry-after', ['1', '1'])
+      errorAnswer(res, 429, { error: { message: 'Rate limit reached.', type: 'requests', code: 'rate_limit_exceeded' } })
+    },
+    (res) => textAnswer(res, 'waited'),
+    (res) => res.writeHead(503, { 'retry-after': 'wait 3600', 'content-type': 'text/html' }).end('<html>busy</html>'),
+    (res) => textAnswer(res, 'backed off')
+  ]
+  const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
+  const sessionId = await createSession(ctx)
+  const first = await send(ctx, sessionId, 'one')
+  t.equal(first.message.content, 'waited')
+  t.match((await eventsOf(ctx, sessionId, first.run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'RATE_LIMITED', status: 429, delayMs: 1000 }])
+  t.ok(Date.parse(first.run.endedAt) - Date.parse(first.run.startedAt) >= 1000, 'the retry waited the second it was asked to')
+  const second = await send(ctx, sessionId, 'two')
+  t.match(second.run, { status: 'completed', error: null })
+  t.equal(second.message?.content, 'backed off')
+  const retry = (await eventsOf(ctx, sessionId, second.run.id)).find((e) => e.type === 'model_retry')
+  t.match(retry?.data, { attempt: 1, code: 'SERVER_ERROR', status: 503 })
+  t.ok(retry && retry.data.delayMs <= 5, `the policy's backoff (base 5 ms in tests): ${retry?.data.delayMs} ms`)
+})
