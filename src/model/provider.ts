@@ -160,7 +160,6 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
 /** What one model call has answered so far: its tool calls, finish reason and usage, and its size against the bounds. */
 class Answer {
   readonly #calls = new Map<number, { id: string; name: string; arguments: string }>()
-  #lastCall: { id: string } | undefined
   #lastIndex = 0
   #finishReason: string | null = null
   #usage: Usage | null = null
@@ -179,9 +178,15 @@ class Answer {
       if (++this.#chunks > MAX_ANSWER_CHUNKS || this.#chars > MAX_ANSWER_CHARS) throw answerTooLong(this.#chars, this.#chunks)
     }
     for (const fragment of delta.toolCalls) {
-      // Without an index (some servers leave it out), a fragment with an ID of its own starts the next call and one without continues the last.
-      const index = fragment.index ?? (fragment.id && fragment.id !== this.#lastCall?.id ? this.#calls.size : this.#lastIndex)
+      // Without an index (some servers leave it out), a fragment continues the last call.
+      let index = fragment.index ?? this.#lastIndex
       let call = this.#calls.get(index)
+      // An ID other than the one its call has starts the next call: servers without an index, and
+      // Gemini's, which streams parallel calls whole, each at index 0 with its own ID.
+      if (fragment.id && call?.id && fragment.id !== call.id) {
+        index = Math.max(...this.#calls.keys()) + 1
+        call = undefined
+      }
       if (call === undefined) {
         if (this.#calls.size === MAX_TOOL_CALLS) {
           throw createModelError('INVALID_RESPONSE', `The model asked for more than ${MAX_TOOL_CALLS} tool calls in one answer; agentd runs at most ${MAX_TOOL_CALLS} at once.`)
@@ -192,7 +197,6 @@ class Answer {
       call.name += fragment.name
       call.arguments += fragment.arguments
       this.#calls.set(index, call)
-      this.#lastCall = call
       this.#lastIndex = index
     }
     if (delta.finishReason) this.#finishReason = delta.finishReason

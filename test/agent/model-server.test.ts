@@ -246,3 +246,35 @@ t.test('a Retry-After sent twice ("1, 1" once joined) waits its seconds; one tha
   t.match(retry?.data, { attempt: 1, code: 'SERVER_ERROR', status: 503 })
   t.ok(retry && retry.data.delayMs <= 5, `the policy's backoff (base 5 ms in tests): ${retry?.data.delayMs} ms`)
 })
+
+t.test('parallel tool calls that share a stream index but not an ID stay apart, and an ID that comes after the name joins its call', async (t) => {
+  // Gemini's OpenAI-compatible API streams each parallel call whole, every one at index 0 with an
+  // ID of its own. Before, they were joined into one call named "fs_listfs_read" whose arguments
+  // were two objects end to end. A server that sends no index and the ID after the name had
+  // that name-less fragment start a second call, and the answer failed as INVALID_RESPONSE.
+  const calls = [
+    [
+      chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'function-call-1', type: 'function', function: { name: 'fs_list', arguments: '{"path":"."}' } }] }),
+      chunk({ tool_calls: [{ index: 0, id: 'function-call-2', type: 'function', function: { name: 'fs_glob', arguments: '{"pattern":"*.txt"}' } }] }),
+      chunk({}, 'stop')
+    ],
+    [
+      chunk({ role: 'assistant', tool_calls: [{ type: 'function', function: { name: 'fs_list', arguments: '' } }] }),
+      chunk({ tool_calls: [{ id: 'call_late', function: { arguments: '{"path":"."}' } }] }),
+      chunk({}, 'tool_calls')
+    ]
+  ]
+  const { ctx } = await appWith(t, (res, request) => {
+    if (request.messages.at(-1)?.role === 'user') return streamOf(res, ...(calls.shift() ?? []), '[DONE]')
+    textAnswer(res, 'listed')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list', 'fs_glob'] })
+  for (const [content, names] of [['parallel', ['fs_list', 'fs_glob']], ['late id', ['fs_list']]] as const) {
+    const { run } = await send(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null, steps: 2 }, content)
+    const events = await eventsOf(ctx, sessionId, run.id)
+    t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.state]), names.map((name) => [name, 'completed']), `${content}: each call ran`)
+  }
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.match(stored[1], { role: 'assistant', toolCalls: [{ name: 'fs_list', arguments: '{"path":"."}' }, { name: 'fs_glob', arguments: '{"pattern":"*.txt"}' }] })
+})
