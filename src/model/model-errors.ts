@@ -247,7 +247,8 @@ function statusInCode(code: unknown): number | null {
   return Number.isInteger(status) && status >= 400 && status <= 599 ? status : null
 }
 
-const contextLengthMessage = /context (length|window|size)|maximum context|too many tokens|prompt is too long|exceeds? the (model'?s )?(max|context)/i
+/** How providers word an oversized prompt in a 400 or 422 (xAI: "maximum prompt length is"; TGI: "`inputs` tokens + `max_new_tokens` must be <= N"). */
+const contextLengthMessage = /context (length|window|size)|maximum (context|prompt length)|too many tokens|prompt is too long|exceeds? the (model'?s )?(max|context)|max_new_tokens`? must be <=/i
 
 /** An error event inside a stream has no status; its body's type is all there is. */
 function classifyStreamedError(

@@ -56,6 +56,26 @@ t.test('llama.cpp refusing a prompt over its context size is CONTEXT_LENGTH_EXCE
   t.equal(calls, 4, 'the harder retry refused too: no more calls')
 })
 
+t.test('context-length refusals as xAI and TGI-based hosts (Together, Hugging Face) word them are CONTEXT_LENGTH_EXCEEDED', async (t) => {
+  // Before, both were UNKNOWN: the run failed without compacting harder, and so did every later
+  // run of a session that had outgrown the window.
+  const refusals: Array<[string, number, object]> = [
+    ['xAI', 400, { code: 'Client specified an invalid argument', error: "This model's maximum prompt length is 131072 but the request contains 136973 tokens." }],
+    ['TGI', 422, { error: 'Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and 512 `max_new_tokens`', error_type: 'validation' }]
+  ]
+  for (const [provider, status, body] of refusals) {
+    let calls = 0
+    const { ctx } = await appWith(t, (res) => {
+      calls++
+      errorAnswer(res, status, body)
+    })
+    const sessionId = await createSession(ctx)
+    const { run } = await send(ctx, sessionId, 'hello')
+    t.match(run, { status: 'failed', error: { code: 'CONTEXT_LENGTH_EXCEEDED', errorType: 'runtime', fatal: true, detail: { status } } }, provider)
+    t.equal(calls, 2, `${provider}: compacted harder and asked once more`)
+  }
+})
+
 t.test('an error inside a stream that names its HTTP status in `code` is classified as that status, and retried when it may be', async (t) => {
   // vLLM sends `{"error": {…, "code": 500}}` inside the stream, LiteLLM `"code": "429"`, OpenRouter a number too.
   // Before, a code that was not a word was UNKNOWN: not retried, the run failed at once.
