@@ -163,6 +163,8 @@ class Answer {
   #lastIndex = 0
   #finishReason: string | null = null
   #usage: Usage | null = null
+  /** A chunk with a choice has come: [DONE] then ends an answer, not a stream that never gave one. */
+  #answered = false
   #chars = 0
   #chunks = 0
 
@@ -171,6 +173,7 @@ class Answer {
     if (chunk.usage) this.#usage = toUsage(chunk.usage)
     const choice = chunk.choices?.[0]
     if (!choice) return NO_PARTS
+    this.#answered = true
     const delta = readDelta(choice)
     const size = delta.reasoning.length + delta.content.length + delta.toolCallsLength
     if (size > 0) {
@@ -206,12 +209,13 @@ class Answer {
 
   /**
    * The tool calls, in their order, and the finish. `complete`: the server ended the answer itself
-   * ([DONE]), which stands for a finish_reason some servers leave out; a body that ends without
-   * either was cut short, a NETWORK_ERROR (retried before the first token).
+   * ([DONE]), which stands for a finish_reason some servers leave out once they have answered; a
+   * body that ends without either, or with [DONE] alone, was cut short: a NETWORK_ERROR (retried
+   * before the first token).
    */
   *end(complete: boolean): Generator<ModelStreamPart> {
     const finishReason = this.#finishReason
-    if (finishReason === null && !complete) {
+    if (finishReason === null && !(complete && this.#answered)) {
       throw createModelError('NETWORK_ERROR', 'The model stream ended before the answer did: no finish_reason and no [DONE].', {
         detail: { reason: 'stream_ended_early' }
       })

@@ -298,3 +298,15 @@ t.test('parallel tool calls that share a stream index but not an ID stay apart, 
   const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
   t.match(stored[1], { role: 'assistant', toolCalls: [{ name: 'fs_list', arguments: '{"path":"."}' }, { name: 'fs_glob', arguments: '{"pattern":"*.txt"}' }] })
 })
+
+t.test('[DONE] with no chunk before it is no answer: the call is asked again, not taken as an empty answer', async (t) => {
+  // Since [DONE] stands for a missing finish_reason, a stream of [DONE] alone (a proxy that lost
+  // its upstream) completed the run with an empty answer.
+  const answers: Array<(res: Parameters<ModelAnswer>[0]) => void> = [(res) => streamOf(res, '[DONE]'), (res) => textAnswer(res, 'a real answer')]
+  const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
+  const sessionId = await createSession(ctx)
+  const { run, message } = await send(ctx, sessionId, 'hello')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, 'a real answer')
+  t.match((await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'NETWORK_ERROR' }])
+})
