@@ -83,6 +83,11 @@ const nullBodyStatuses = new Set([101, 204, 205, 304])
 const HIGH_WATER_MARK = 64 * 1024
 /** What is read and dropped after the reader is done before the request is aborted instead (undici's dump() limit). */
 const DROP_LIMIT = 128 * 1024
+/**
+ * The most of an error answer's text that is read; the request is aborted past it. A proxy's
+ * error page is a few KiB; a body without end was held whole until it ended.
+ */
+const ERROR_BODY_LIMIT = 64 * 1024
 
 /** A 2xx response's body as it arrives: UTF-8 text, a character split between two reads joined first. */
 export interface StreamedBody {
@@ -162,8 +167,7 @@ class FetchHandler implements Dispatcher.DispatchHandler, StreamedBody {
     if (this.#dropped < 0) this.#deliver(this.#decoder.end())
     this.#ended = true
     if (!this.#streaming) {
-      const text = this.#pieces.join('')
-      this.#respond(new Response(nullBodyStatuses.has(this.#status) ? null : text, { status: this.#status, headers: responseHeaders(this.#headers) }), null)
+      this.#respondError()
       return
     }
     const reader = this.#reader
@@ -218,8 +222,22 @@ class FetchHandler implements Dispatcher.DispatchHandler, StreamedBody {
     }
     this.#pieces.push(text)
     this.#held += text.length
-    // An error answer is read whole; only a stream waits for its reader.
-    if (this.#held > HIGH_WATER_MARK && this.#streaming) this.#controller?.pause()
+    // An error answer is read whole, up to its limit; only a stream waits for its reader.
+    if (this.#streaming) {
+      if (this.#held > HIGH_WATER_MARK) this.#controller?.pause()
+    } else if (this.#held > ERROR_BODY_LIMIT) {
+      this.#ended = true
+      // Settled first: the abort calls onResponseError at once, which would reject the fetch.
+      this.#respondError()
+      this.#controller?.abort(new StreamClosedError())
+    }
+  }
+
+  /** Settles the fetch with the error answer's text, its first ERROR_BODY_LIMIT characters. */
+  #respondError(): void {
+    const text = this.#pieces.join('').slice(0, ERROR_BODY_LIMIT)
+    this.#pieces = []
+    this.#respond(new Response(nullBodyStatuses.has(this.#status) ? null : text, { status: this.#status, headers: responseHeaders(this.#headers) }), null)
   }
 }
 

@@ -195,7 +195,8 @@ function classifyApiError(err: APIError): ModelError {
   const body = errorBody(err)
   const providerCode = typeof err.code === 'string' ? err.code : null
   const providerType = typeof err.type === 'string' ? err.type : null
-  const providerMessage = typeof body?.['message'] === 'string' ? body['message'] : err.message
+  // Quoted in the run's error, stored and sent in events: a proxy's whole error page is not.
+  const providerMessage = clip(typeof body?.['message'] === 'string' ? body['message'] : err.message, MAX_PROVIDER_MESSAGE)
   const detail: Record<string, unknown> = { status, providerCode, providerType, providerMessage }
   if (err.requestID) detail['providerRequestId'] = err.requestID
   const retryAfterMs = err.headers ? parseRetryAfter(err.headers) : null
@@ -239,6 +240,12 @@ function classifyStatus(status: number, providerMessage: string, message: string
     return createModelError('CONTEXT_LENGTH_EXCEEDED', message, opts)
   }
   return createModelError('UNKNOWN', message, { ...opts, errorType: 'runtime' })
+}
+
+const MAX_PROVIDER_MESSAGE = 1024
+
+function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text
 }
 
 /** An error body's `code` that is an HTTP error status (500 or "429"); null for a word such as "rate_limit_exceeded". */

@@ -1,3 +1,5 @@
+import { once } from 'node:events'
+import { setTimeout as delay } from 'node:timers/promises'
 import t from 'tap'
 import { buildTestApp, type TestApp } from '../helpers/app.ts'
 import { chunk, errorAnswer, startModelServer, streamOf, textAnswer, type ModelAnswer } from '../helpers/model-server.ts'
@@ -309,4 +311,32 @@ t.test('[DONE] with no chunk before it is no answer: the call is asked again, no
   t.match(run, { status: 'completed', error: null })
   t.equal(message.content, 'a real answer')
   t.match((await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'NETWORK_ERROR' }])
+})
+
+t.test('an error answer with a body without end is read no further than 64 KiB, and the run\'s error quotes 1 KiB of it', async (t) => {
+  // Before, the whole body was held until it ended (a server sending 256 MiB grew the process by
+  // 1.6 GB), and all of it became the run's error message, stored and sent in its events.
+  const sentPerRequest: number[] = []
+  const { ctx } = await appWith(t, async (res) => {
+    res.writeHead(500, { 'content-type': 'text/html' })
+    let sent = 0
+    let gone = false
+    res.on('close', () => (gone = true))
+    const piece = `<p>${'x'.repeat(16 * 1024)}</p>`
+    while (!gone && sent < 16 * 1024 * 1024) {
+      sent += piece.length
+      if (!res.write(piece)) await Promise.race([once(res, 'drain'), once(res, 'close')])
+    }
+    sentPerRequest.push(sent)
+    res.end()
+  })
+  const sessionId = await createSession(ctx)
+  const { run } = await send(ctx, sessionId, 'hello')
+  t.match(run, { status: 'failed', error: { code: 'SERVER_ERROR', retryable: true, fatal: true, message: /^The model provider answered 500: 500 <p>x+/ } })
+  t.ok(run.error.message.length < 1200, `the message holds ${run.error.message.length} characters`)
+  t.ok(run.error.detail.providerMessage.length <= 1025, 'and so does detail.providerMessage')
+  while (sentPerRequest.length < 4) await delay(10)
+  t.ok(sentPerRequest.every((sent) => sent < 12 * 1024 * 1024), `each request was abandoned early: ${sentPerRequest.map((n) => (n / 1024).toFixed(0)).join(', ')} KiB sent`)
+  const error = (await eventsOf(ctx, sessionId, run.id)).find((e) => e.type === 'error')
+  t.ok(JSON.stringify(error).length < 4096, 'the monitor error event stays small')
 })
