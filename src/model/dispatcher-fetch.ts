@@ -85,9 +85,10 @@ const HIGH_WATER_MARK = 64 * 1024
 const DROP_LIMIT = 128 * 1024
 /**
  * The most of an error answer's text that is read; the request is aborted past it. A proxy's
- * error page is a few KiB; a body without end was held whole until it ended.
+ * error page is a few KiB, and a JSON error this long still parses (its message is cut later);
+ * a body without end was held whole until it ended.
  */
-const ERROR_BODY_LIMIT = 64 * 1024
+const ERROR_BODY_LIMIT = 1024 * 1024
 
 /** A 2xx response's body as it arrives: UTF-8 text, a character split between two reads joined first. */
 export interface StreamedBody {
