@@ -92,7 +92,7 @@ export async function callModel(
         ...error.classified,
         fatal: true,
         ...(exhausted ? { message: `${error.classified.message} (gave up after ${attempt} retries)` } : {})
-      }, 'model')
+      }, 'model', firstTokenSeen)
     }
   }
 }

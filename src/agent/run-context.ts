@@ -42,10 +42,13 @@ export class RunNotAccepted extends Error {
 export class RunFailure extends Error {
   readonly error: ClassifiedError
   readonly phase: RunPhase
-  constructor(error: ClassifiedError, phase: RunPhase) {
+  /** A model call that failed after its answer had begun to stream: asking again would show a second answer. */
+  readonly afterOutput: boolean
+  constructor(error: ClassifiedError, phase: RunPhase, afterOutput = false) {
     super(error.message)
     this.error = error
     this.phase = phase
+    this.afterOutput = afterOutput
   }
 }
 

@@ -130,8 +130,9 @@ export class RunExecution {
       const started = Date.now()
       ctx.step = step
       const answer = await callModel(ctx, this.#hooks.tools, step, await context.fit(history, step)).catch(async (err: unknown) => {
-        // The provider counts differently than the budget did: compact harder, once, before the run fails.
-        if (!(err instanceof RunFailure) || err.error.code !== 'CONTEXT_LENGTH_EXCEEDED') throw err
+        // The provider counts differently than the budget did: compact harder, once, before the run
+        // fails; not once an answer has streamed, which a second one would follow.
+        if (!(err instanceof RunFailure) || err.error.code !== 'CONTEXT_LENGTH_EXCEEDED' || err.afterOutput) throw err
         return callModel(ctx, this.#hooks.tools, step, await context.fit(history, step, true))
       })
       const usage = answer.usage ?? emptyUsage()

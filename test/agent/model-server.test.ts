@@ -340,3 +340,22 @@ t.test('an error answer with a body without end is read no further than 1 MiB, a
   const error = (await eventsOf(ctx, sessionId, run.id)).find((e) => e.type === 'error')
   t.ok(JSON.stringify(error).length < 4096, 'the monitor error event stays small')
 })
+
+t.test('a context-length error after text was streamed fails the run: the harder retry would answer a second time under the first', async (t) => {
+  // Before, the loop compacted harder and asked again: the client saw "Partial" and then a second
+  // answer in the same step, and only the second was stored.
+  let calls = 0
+  const { ctx } = await appWith(t, (res) => {
+    calls++
+    streamOf(res, chunk({ role: 'assistant', content: 'Partial' }),
+      JSON.stringify({ error: { message: "This model's maximum context length is 4096 tokens.", type: 'invalid_request_error', code: 'context_length_exceeded' } }))
+  })
+  const sessionId = await createSession(ctx)
+  const { run } = await send(ctx, sessionId, 'hello')
+  t.match(run, { status: 'failed', error: { code: 'CONTEXT_LENGTH_EXCEEDED', fatal: true } })
+  t.equal(calls, 1, 'not asked again')
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.equal(events.filter((e) => e.type === 'text_chunk_start').length, 1, 'one answer was shown')
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.same(stored.map((m: { role: string }) => m.role), ['user'])
+})
