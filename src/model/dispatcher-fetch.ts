@@ -214,7 +214,8 @@ class FetchHandler implements Dispatcher.DispatchHandler, StreamedBody {
   }
 
   #deliver(text: string): void {
-    if (text === '') return
+    // Ended: an error answer cut at its limit, whose request is being aborted.
+    if (text === '' || this.#ended) return
     const reader = this.#reader
     if (reader) {
       this.#reader = null

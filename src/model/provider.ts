@@ -216,7 +216,7 @@ class Answer {
   *end(complete: boolean): Generator<ModelStreamPart> {
     const finishReason = this.#finishReason
     if (finishReason === null && !(complete && this.#answered)) {
-      throw createModelError('NETWORK_ERROR', 'The model stream ended before the answer did: no finish_reason and no [DONE].', {
+      throw createModelError('NETWORK_ERROR', 'The model stream ended before its answer did: no finish_reason, and no [DONE] after a chunk.', {
         detail: { reason: 'stream_ended_early' }
       })
     }
