@@ -82,6 +82,13 @@ const RETRY_FRAME = Buffer.from('retry: 2000\n\n')
 const HEAD_WAIT_MS = 20
 const PING_FRAME = Buffer.from(': ping\n\n')
 
+/** The head of every event stream (SPEC 4); a HEAD request gets it without a stream. */
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  'x-accel-buffering': 'no'
+} as const
+
 /**
  * Streams a session's events to one client: subscribe first, replay from the store, then go
  * live, dropping live events already replayed, so the seam loses, repeats and reorders nothing.
@@ -151,13 +158,7 @@ class EventStream implements OpenEventStream {
 
     res.on('drain', this.#recount)
     this.#unsubscribe = feed.subscribe(options.sessionId, this.#onLive)
-    res.writeHead(200, {
-      ...options.headers,
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-      connection: 'keep-alive'
-    })
+    res.writeHead(200, { ...options.headers, ...SSE_HEADERS, connection: 'keep-alive' })
     res.on('close', this.#finish)
     res.on('error', this.#finish)
     if (this.#untilDone) {

@@ -1,5 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { SSE_HEADERS } from '../events/sse.ts'
 import { ApiError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import { EventSchema, EventsHeadersSchema, EventsQuerySchema } from '../schemas/events.ts'
@@ -61,6 +62,14 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
         after, limit: query.limit ?? 100, ...(channels ? { channels } : {}), ...(types ? { types } : {})
       })
       return reply.type('application/json').send({ data, nextAfter: data.at(-1)?.seq ?? after })
+    }
+    if (request.method === 'HEAD') {
+      // A stream would never end, and a keep-alive connection's next request would wait behind
+      // it: a HEAD gets the stream's head only (written as the stream writes it: no Content-Length).
+      const headers: Record<string, string | number | string[] | undefined> = { ...reply.getHeaders(), ...SSE_HEADERS }
+      reply.hijack()
+      reply.raw.writeHead(200, headers).end()
+      return reply
     }
     app.streams.send(reply, request.keyId, { sessionId: session.id, after, channels, types, untilDone: query.until === 'done' })
     return reply

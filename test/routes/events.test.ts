@@ -177,3 +177,23 @@ t.test('deleting a session ends its open streams', async (t) => {
   t.ok(res.endedByServer, 'the stream ended')
   t.equal(res.frames.at(-1)?.comment, 'session deleted')
 })
+
+t.test('HEAD on the events route answers the stream head and ends, so the connection serves its next request', async (t) => {
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const socket = connect(Number(new URL(base).port), '127.0.0.1')
+  t.teardown(() => socket.destroy())
+  let received = ''
+  socket.on('data', (chunk: Buffer) => { received += chunk.toString() })
+  // Two requests on one keep-alive connection: HEAD of the stream, then the probe.
+  socket.write(`HEAD /v1/sessions/${session.id}/events HTTP/1.1\r\nHost: agentd\r\n\r\nGET /healthz HTTP/1.1\r\nHost: agentd\r\n\r\n`)
+  const deadline = Date.now() + 3000
+  while (received.split('HTTP/1.1 ').length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  const [head, probe] = received.split(/(?=HTTP\/1\.1 )/)
+  t.match(head, /^HTTP\/1\.1 200 /, 'the HEAD is answered 200')
+  t.match(head, /content-type: text\/event-stream/i, 'with the head a GET would get')
+  t.match(head, /cache-control: no-cache, no-transform/i)
+  t.match(probe, /^HTTP\/1\.1 200 /, 'the next request on the connection is answered too')
+  t.equal(app.streams.count, 0, 'no stream was opened')
+})
