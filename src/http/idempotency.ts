@@ -79,16 +79,21 @@ export const idempotencyPlugin = fp(
       if (outcome.state === 'in_progress') throw new ApiError('IDEMPOTENCY_IN_PROGRESS')
       if (outcome.state === 'mismatch') throw new ApiError('IDEMPOTENCY_KEY_REUSED')
       if (outcome.state === 'completed') {
-        reply.header('idempotent-replayed', 'true')
         const body = outcome.body as Partial<StreamedAnswer> | null
         if (body && typeof body === 'object' && body.stream) {
           const answer = body as StreamedAnswer
           if ((request.headers.accept ?? '').includes('text/event-stream')) {
+            // The run's events went with its session: their stream would wait for a `done` that never comes.
+            const { sessionId } = answer.stream
+            if (!(await store.getSession(request.tenant, sessionId))) throw new ApiError('SESSION_NOT_FOUND', `No session ${sessionId}`)
+            reply.header('idempotent-replayed', 'true')
             opts.replayStream(request, reply, answer)
             return reply
           }
+          reply.header('idempotent-replayed', 'true')
           return reply.status(202).send({ message: answer.message, run: answer.run })
         }
+        reply.header('idempotent-replayed', 'true')
         return reply.status(outcome.status).send(body)
       }
       let settled = false

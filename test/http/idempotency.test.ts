@@ -1,5 +1,6 @@
 import t from 'tap'
-import { buildTestApp } from '../helpers/app.ts'
+import { buildTestApp, listen } from '../helpers/app.ts'
+import { readSse } from '../helpers/sse.ts'
 
 t.test('Idempotency-Key', async (t) => {
   const { app, devModel } = await buildTestApp(t)
@@ -73,4 +74,21 @@ t.test('Idempotency-Key', async (t) => {
     t.equal(retry.statusCode, 202)
     await app.agentd.runs.waitFor(session.id, retry.json().run.id)
   })
+})
+
+t.test('the replay of a streamed answer whose session was deleted since is 404 SESSION_NOT_FOUND, not a stream that never ends', async (t) => {
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const send = () => readSse(`${base}/v1/sessions/${session.id}/messages`, {
+    method: 'POST', headers: { 'idempotency-key': 'stream-then-delete' }, body: { content: 'hi' }, timeoutMs: 3000
+  })
+  const first = await send()
+  t.equal(first.events.at(-1)?.type, 'done', 'the first answer streams the run to its end')
+  t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })).statusCode, 204)
+  const again = await send()
+  t.equal(again.status, 404, 'answered at once')
+  t.match(again.body, /"code":"SESSION_NOT_FOUND"/, 'in the envelope')
+  t.equal(again.headers['idempotent-replayed'], undefined, 'not the kept answer')
+  t.equal(app.streams.count, 0, 'no stream is left open')
 })
