@@ -22,6 +22,15 @@ const KEY = /^[\x21-\x7e]{1,255}$/
 /** Answers that say "try again later" are not kept: the retry with the same key should really retry. */
 const NOT_KEPT = (status: number) => status >= 500 || status === 409 || status === 429
 
+/**
+ * A JSON object's members have no order (RFC 8259): a retry that sends them in another order (a
+ * client's hash map, a restarted client) is the same request, so the fingerprint sorts them.
+ */
+const sortedKeys = (_key: string, value: unknown) =>
+  value && typeof value === 'object' && !Array.isArray(value)
+    ? Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+    : value
+
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
 /**
  * How long an in-progress claim holds without renewal. Its holder renews it while it works, so a
@@ -69,7 +78,7 @@ export const idempotencyPlugin = fp(
           'Idempotency-Key must be 1 to 255 visible ASCII characters')
       }
       const fingerprint = createHash('sha256')
-        .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null]))
+        .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null], sortedKeys))
         .digest('hex')
       const tenant = request.tenant
       const claimedAt = Date.now()

@@ -25,6 +25,21 @@ t.test('Idempotency-Key', async (t) => {
     t.equal(other.json().error.code, 'IDEMPOTENCY_KEY_REUSED')
   })
 
+  t.test('the same body with its keys in another order is the same request: its first response again', async (t) => {
+    const json = { 'content-type': 'application/json' }
+    const first = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { ...json, 'idempotency-key': 'create-reordered' },
+      payload: '{"tools":[],"metadata":{"a":"1","b":"2"}}' })
+    const again = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { ...json, 'idempotency-key': 'create-reordered' },
+      payload: '{"metadata":{"b":"2","a":"1"},"tools":[]}' })
+    t.equal(first.statusCode, 201)
+    t.equal(again.statusCode, 201, 'not 422 IDEMPOTENCY_KEY_REUSED')
+    t.equal(again.json().id, first.json().id, 'the same session')
+    t.equal(again.headers['idempotent-replayed'], 'true')
+    const other = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { ...json, 'idempotency-key': 'create-reordered' },
+      payload: '{"metadata":{"b":"1","a":"2"},"tools":[]}' })
+    t.equal(other.statusCode, 422, 'other values are still another request')
+  })
+
   t.test('a malformed key is a 400', async (t) => {
     const res = await create('has spaces in it', {})
     t.equal(res.statusCode, 400)
