@@ -1,8 +1,9 @@
+import { TextDecoder } from 'node:util'
 import cors from '@fastify/cors'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
-import { validationError } from './errors.ts'
+import { ApiError, validationError } from './errors.ts'
 
 export interface SecurityOptions {
   /** Browser origins CORS allows ('*' for any); empty leaves CORS off. */
@@ -42,6 +43,25 @@ export function pollutionPath(value: unknown, path = 'body'): string | null {
   return null
 }
 
+/**
+ * A body's text in the charset its Content-Type names (UTF-8 when it names none). Bytes that are
+ * not valid in it are refused: decoded leniently, they would be kept as U+FFFD, the client's text lost.
+ */
+function decodeBody(raw: Buffer, contentType: string | undefined): string {
+  const charset = /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType ?? '')?.[1] ?? 'utf-8'
+  let decoder: TextDecoder
+  try {
+    decoder = new TextDecoder(charset, { fatal: true })
+  } catch {
+    throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `charset=${charset} is not a character encoding agentd knows; send the body as application/json in UTF-8`)
+  }
+  try {
+    return decoder.decode(raw)
+  } catch {
+    throw new ApiError('INVALID_JSON', `The request body is not valid ${charset === 'utf-8' ? 'UTF-8' : charset} text; send it as UTF-8`)
+  }
+}
+
 const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
 const isDocs = (path: string) => path === '/docs' || path.startsWith('/docs/')
 
@@ -69,7 +89,13 @@ export const securityPlugin = fp(
     // Fastify's own JSON parser (secure-json-parse, __proto__ and constructor.prototype refused), behind a depth check.
     const parseJson = app.getDefaultJsonParser('error', 'error')
     app.removeContentTypeParser('application/json')
-    app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, raw, done) => {
+      let body: string
+      try {
+        body = decodeBody(raw as Buffer, request.headers['content-type'])
+      } catch (err) {
+        return done(err as ApiError, undefined)
+      }
       if (jsonDepth(body as string, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
         const message = `nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`
         done(validationError([{ field: 'body', message, keyword: 'maxDepth' }]), undefined)

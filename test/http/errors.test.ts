@@ -58,6 +58,31 @@ t.test('every kind of failure answers with the envelope', async (t) => {
     }
   })
 
+  t.test('a body that is not valid UTF-8 is INVALID_JSON, not kept with its bytes replaced', async (t) => {
+    const payload = Buffer.concat([Buffer.from('{"instructions":"caf'), Buffer.from([0xe9]), Buffer.from('"}')])
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, payload })
+    const error = assertEnvelope(t, res, 400, 'INVALID_JSON')
+    t.match(error.message, /UTF-8/, 'says why')
+  })
+
+  t.test('a body in the charset its Content-Type names is read in that charset', async (t) => {
+    const payload = Buffer.concat([Buffer.from('{"instructions":"caf'), Buffer.from([0xe9]), Buffer.from('"}')])
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json; charset=ISO-8859-1' }, payload })
+    t.equal(res.statusCode, 201)
+    t.equal(res.json().instructions, 'café', 'the text the client sent')
+    const utf16 = await app.inject({
+      method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json; charset=utf-16le' }, payload: Buffer.from('{"instructions":"café"}', 'utf16le')
+    })
+    t.equal(utf16.statusCode, 201)
+    t.equal(utf16.json().instructions, 'café')
+  })
+
+  t.test('a charset agentd does not know is 415', async (t) => {
+    const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json; charset=klingon' }, payload: '{}' })
+    const error = assertEnvelope(t, res, 415, 'UNSUPPORTED_MEDIA_TYPE')
+    t.match(error.message, /charset=klingon/, 'names the charset')
+  })
+
   t.test('an unsupported media type', async (t) => {
     const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'text/plain' }, payload: 'hello' })
     assertEnvelope(t, res, 415, 'UNSUPPORTED_MEDIA_TYPE')
