@@ -318,18 +318,27 @@ class EventStream implements OpenEventStream {
     this.#finish()
   }
 
+  /** The next page of stored events this stream sends. */
+  #page(): Promise<EventRecord[]> {
+    return this.#store.listEvents(this.#sessionId, {
+      after: this.#lastSeq,
+      limit: REPLAY_PAGE,
+      ...(this.#channels ? { channels: [...this.#channels] } : {}),
+      ...(this.#types ? { types: [...this.#types] } : {})
+    })
+  }
+
   async #replay(): Promise<void> {
     const res = this.#res
     try {
       // The replay reads what the live feed will not bring: only once the feed knows where it starts.
       await this.#feed.subscribed(this.#sessionId)
-      for (;;) {
-        const page = await this.#store.listEvents(this.#sessionId, {
-          after: this.#lastSeq,
-          limit: REPLAY_PAGE,
-          ...(this.#channels ? { channels: [...this.#channels] } : {}),
-          ...(this.#types ? { types: [...this.#types] } : {})
-        })
+      // A session deleted after its route found it, and before this stream was registered, ended
+      // no stream (EventBus.endSession), so this one would wait for good: it is looked up once
+      // registered (a deletion after that ends it).
+      const [session, first] = await Promise.all([this.#store.getSessionById(this.#sessionId), this.#page()])
+      if (!session) return this.end('session deleted')
+      for (let page = first; ; page = await this.#page()) {
         // Replay is read at the reader's pace: it waits for the socket to drain instead of
         // dropping a reader that reconnects with a large backlog (a dropped reader would come
         // back for the same events, and never get past them).

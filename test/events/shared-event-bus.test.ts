@@ -239,7 +239,8 @@ t.test('an SSE stream replays only once its subscription is set', async (t) => {
     listEvents: async () => {
       if (!set) readsBeforeSet.push(1)
       return stored
-    }
+    },
+    getSessionById: async () => ({ id: 'ses_bus' })
   } as unknown as Store
   const app = createServer((_req, res) => {
     openEventStream(res, store, feed, { sessionId: 'ses_bus', after: 0 })

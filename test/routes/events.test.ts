@@ -197,3 +197,31 @@ t.test('HEAD on the events route answers the stream head and ends, so the connec
   t.match(probe, /^HTTP\/1\.1 200 /, 'the next request on the connection is answered too')
   t.equal(app.streams.count, 0, 'no stream was opened')
 })
+
+t.test('a session deleted after its stream request found it, before the stream opened, still ends that stream', async (t) => {
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  // The stream request's read of the session answers only once the deletion is done.
+  const store = app.agentd.store
+  const getSession = store.getSession
+  let release = () => {}
+  const deleted = new Promise<void>((resolve) => { release = resolve })
+  let held = false
+  store.getSession = async (tenant, id) => {
+    const found = await getSession.call(store, tenant, id)
+    if (!held && id === session.id) {
+      held = true
+      await deleted
+    }
+    return found
+  }
+  const stream = readSse(`${base}/v1/sessions/${session.id}/events`, { timeoutMs: 3000 })
+  while (!held) await new Promise((r) => setTimeout(r, 10))
+  t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })).statusCode, 204)
+  release()
+  const res = await stream
+  t.ok(res.endedByServer, 'the stream ended instead of waiting for events that never come')
+  t.equal(res.frames.at(-1)?.comment, 'session deleted')
+  t.equal(app.streams.count, 0, 'its slot is free')
+})
