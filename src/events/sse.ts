@@ -53,7 +53,7 @@ export interface EventStreamOptions {
   types?: string[] | undefined
   /** Only this run's events (the POST messages stream). */
   runId?: string | undefined
-  /** End after the next `done` event that passes the filters. */
+  /** End after the next `done` event (of runId, when given), sent only when it passes the channel and type filters. */
   untilDone?: boolean
   /** Unsent bytes a reader may fall behind by (besides the kernel's buffers) before it is dropped as too slow. */
   maxBufferedBytes?: number
@@ -109,6 +109,8 @@ class EventStream implements OpenEventStream {
   readonly #sessionId: string
   readonly #channels: Set<EventChannel> | null
   readonly #types: Set<string> | null
+  /** The store filters the replay by channel and type, unless that would hide the `done` that ends the stream. */
+  readonly #filterInStore: boolean
   readonly #runId: string | undefined
   readonly #untilDone: boolean
   readonly #maxBuffered: number
@@ -148,6 +150,8 @@ class EventStream implements OpenEventStream {
     this.#sessionId = options.sessionId
     this.#channels = options.channels?.length ? new Set(options.channels) : null
     this.#types = options.types?.length ? new Set(options.types) : null
+    const doneFiltered = (this.#channels !== null && !this.#channels.has('progress')) || (this.#types !== null && !this.#types.has('done'))
+    this.#filterInStore = !(options.untilDone && doneFiltered)
     this.#runId = options.runId
     this.#untilDone = options.untilDone ?? false
     this.#maxBuffered = options.maxBufferedBytes ?? 4 * 1024 * 1024
@@ -258,7 +262,12 @@ class EventStream implements OpenEventStream {
   #write(event: EventRecord, live = false): void {
     if (this.#ended || event.seq <= this.#lastSeq) return
     this.#lastSeq = event.seq
-    if (!this.#wanted(event)) return
+    const last = this.#untilDone && event.type === 'done' && (!this.#runId || event.runId === this.#runId)
+    if (!this.#wanted(event)) {
+      // ?until=done ends at the next done also when the filters leave its frame out.
+      if (last) this.end('done')
+      return
+    }
     const frame = eventFrame(event)
     this.#recount()
     const budget = this.#budget
@@ -273,7 +282,6 @@ class EventStream implements OpenEventStream {
       this.#drop()
       return
     }
-    const last = this.#untilDone && event.type === 'done'
     if (!live) {
       this.#send(frame)
       if (last) this.#finish()
@@ -323,8 +331,8 @@ class EventStream implements OpenEventStream {
     return this.#store.listEvents(this.#sessionId, {
       after: this.#lastSeq,
       limit: REPLAY_PAGE,
-      ...(this.#channels ? { channels: [...this.#channels] } : {}),
-      ...(this.#types ? { types: [...this.#types] } : {})
+      ...(this.#channels && this.#filterInStore ? { channels: [...this.#channels] } : {}),
+      ...(this.#types && this.#filterInStore ? { types: [...this.#types] } : {})
     })
   }
 

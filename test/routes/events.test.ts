@@ -225,3 +225,24 @@ t.test('a session deleted after its stream request found it, before the stream o
   t.equal(res.frames.at(-1)?.comment, 'session deleted')
   t.equal(app.streams.count, 0, 'its slot is free')
 })
+
+t.test('?until=done ends the stream at the next done also when the channel or type filter leaves done out', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const { session, events } = await sessionWithHistory(app, devModel, 3)
+  const done = events.find((e) => e.type === 'done')
+  t.ok(done, 'the history holds a done')
+
+  const replayed = await readSse(`${base}/v1/sessions/${session.id}/events?channels=monitor&until=done`, { timeoutMs: 3000 })
+  t.ok(replayed.endedByServer, 'a replay ends at the stored done')
+  t.same(replayed.events.map((e) => e.seq), events.filter((e) => e.channel === 'monitor').map((e) => e.seq), 'with the monitor events before it, and nothing else')
+
+  // Live: the stream opens at the session's end; a new run's done ends it.
+  const live = readSse(`${base}/v1/sessions/${session.id}/events?types=text_chunk&until=done`, { headers: { 'last-event-id': String(events.length) }, timeoutMs: 3000 })
+  await new Promise((r) => setTimeout(r, 100))
+  devModel.script({ text: 'again and again', chunks: 3 })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, payload: { content: 'more' } })
+  const res = await live
+  t.ok(res.endedByServer, 'a live stream ends at the next done')
+  t.ok(res.events.length > 0 && res.events.every((e) => e.type === 'text_chunk'), 'having sent only the text chunks before it')
+})
