@@ -12,10 +12,13 @@ export interface SecurityOptions {
   hstsMaxAge: number
 }
 
-/** Request headers a browser client may send cross-origin. */
-export const CORS_ALLOWED_HEADERS = ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id']
-/** Response headers a browser client may read cross-origin. */
-export const CORS_EXPOSED_HEADERS = ['X-Request-Id', 'Retry-After']
+/**
+ * Request headers a browser client may send cross-origin: the ones the API reads, and the W3C
+ * trace context that browser tracing adds (a preflight that refused it would block the request).
+ */
+export const CORS_ALLOWED_HEADERS = ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id', 'traceparent', 'tracestate']
+/** Response headers a browser client may read cross-origin: every one the OpenAPI document declares. */
+export const CORS_EXPOSED_HEADERS = ['X-Request-Id', 'Retry-After', 'Idempotent-Replayed', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']
 
 /** Responses are JSON or SSE: nothing in them may load, run, frame or submit anything. */
 const API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"

@@ -120,13 +120,15 @@ t.test('CORS', async (t) => {
     t.notOk(preflight.headers['access-control-allow-origin'])
   })
 
-  t.test('with listed origins, an allowed origin is reflected and may read the request id and Retry-After', async (t) => {
+  t.test('with listed origins, an allowed origin is reflected and may read every header the API documents', async (t) => {
     const { app } = await buildTestApp(t, { env: { AGENTD_CORS_ORIGINS: `${ORIGIN},http://localhost:5173`, AGENTD_API_KEYS: KEYS } })
     const res = await app.inject({ method: 'GET', url: '/v1/sessions', headers: { origin: ORIGIN, authorization: `Bearer ${KEY_A}` } })
     t.equal(res.statusCode, 200)
     t.equal(res.headers['access-control-allow-origin'], ORIGIN)
     t.match(res.headers.vary, /Origin/)
-    t.equal(res.headers['access-control-expose-headers'], 'X-Request-Id, Retry-After')
+    t.same(String(res.headers['access-control-expose-headers']).split(', '),
+      ['X-Request-Id', 'Retry-After', 'Idempotent-Replayed', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'],
+      'every response header the OpenAPI document declares')
     t.notOk(res.headers['access-control-allow-credentials'], 'bearer keys, not cookies')
 
     const other = await app.inject({ method: 'GET', url: '/v1/sessions', headers: { origin: 'https://evil.example', authorization: `Bearer ${KEY_A}` } })
@@ -146,7 +148,8 @@ t.test('CORS', async (t) => {
     t.equal(res.statusCode, 204)
     t.equal(res.headers['access-control-allow-origin'], ORIGIN)
     t.same(String(res.headers['access-control-allow-methods']).split(', ').sort(), ['DELETE', 'GET', 'HEAD', 'POST'])
-    t.same(String(res.headers['access-control-allow-headers']).split(', '), ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id'])
+    t.same(String(res.headers['access-control-allow-headers']).split(', '),
+      ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id', 'traceparent', 'tracestate'], 'browser tracing may send its trace context')
     t.equal(res.headers['access-control-max-age'], '600')
   })
 
@@ -169,7 +172,19 @@ t.test('CORS', async (t) => {
     const res = await readSse(`${base}/v1/sessions/${session.id}/events`, { headers: { origin: ORIGIN }, timeoutMs: 200 })
     t.equal(res.status, 200)
     t.equal(res.headers['access-control-allow-origin'], ORIGIN)
-    t.equal(res.headers['access-control-expose-headers'], 'X-Request-Id, Retry-After')
+    t.match(res.headers['access-control-expose-headers'], /^X-Request-Id, Retry-After, /)
+  })
+
+  t.test('every response header the OpenAPI document declares is exposed to a browser', async (t) => {
+    const { app } = await buildTestApp(t, { env: { AGENTD_CORS_ORIGINS: ORIGIN } })
+    const declared = new Set<string>()
+    for (const methods of Object.values((await app.inject({ method: 'GET', url: '/openapi.json' })).json().paths as Record<string, Record<string, { responses: Record<string, { headers?: object }> }>>)) {
+      for (const op of Object.values(methods)) for (const response of Object.values(op.responses)) for (const name of Object.keys(response.headers ?? {})) declared.add(name.toLowerCase())
+    }
+    const res = await app.inject({ method: 'GET', url: '/v1/sessions', headers: { origin: ORIGIN } })
+    const exposed = String(res.headers['access-control-expose-headers']).toLowerCase().split(', ')
+    t.ok(declared.has('idempotent-replayed') && declared.has('x-ratelimit-remaining'), 'the document declares them')
+    t.same([...declared].filter((name) => !exposed.includes(name)), [], 'none is hidden from a cross-origin client')
   })
 
   t.test('a malformed AGENTD_CORS_ORIGINS stops start-up, naming the variable', async (t) => {
