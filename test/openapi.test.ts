@@ -164,6 +164,26 @@ t.test('the document meets SPEC 13', async (t) => {
     t.equal(doc.components.parameters.IdempotencyKey.name, 'Idempotency-Key')
   })
 
+  t.test('the rate limit headers an answer carries are declared on its status, error answers included', async (t) => {
+    const { app } = await buildTestApp(t, { env: { AGENTD_BODY_LIMIT: '2048' } })
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+    const answers = [
+      ['/v1/sessions/{id}', 'get', { method: 'GET', url: '/v1/sessions/ses_missing' }],
+      ['/v1/sessions', 'post', { method: 'POST', url: '/v1/sessions', payload: { model: 42 } }],
+      ['/v1/sessions', 'post', { method: 'POST', url: '/v1/sessions', payload: { instructions: 'x'.repeat(4096) } }],
+      ['/v1/sessions', 'post', { method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'text/plain' }, payload: 'x' }],
+      ['/v1/sessions/{id}/interrupt', 'post', { method: 'POST', url: `/v1/sessions/${session.id}/interrupt` }],
+      ['/v1/sessions/{id}/events', 'get', { method: 'GET', url: `/v1/sessions/${session.id}/events?after=5`, headers: { accept: 'application/json' } }]
+    ] as const
+    for (const [path, method, request] of answers) {
+      const res = await app.inject(request)
+      const declared = Object.keys(doc.paths[path][method].responses[res.statusCode]?.headers ?? {}).map((h) => h.toLowerCase())
+      const sent = Object.keys(res.headers).filter((h) => h.startsWith('x-ratelimit-'))
+      t.ok(sent.length > 0, `${method} ${path} ${res.statusCode} carries them`)
+      t.same(sent.filter((h) => !declared.includes(h)), [], `${method} ${path} ${res.statusCode} declares them`)
+    }
+  })
+
   t.test('optional query parameters and bodies are optional', async (t) => {
     const list = doc.paths['/v1/sessions'].get.parameters.find((p: any) => p.name === 'limit')
     t.equal(list.required, false, 'GET /v1/sessions limit')

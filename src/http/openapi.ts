@@ -78,7 +78,8 @@ export function finishDocument(doc: JsonObject, publicPaths: ReadonlySet<string>
         const code = Number(status)
         const headers: JsonObject = { 'X-Request-Id': headerRef('RequestId') }
         if (code === 429 || code === 503) headers['Retry-After'] = headerRef('RetryAfter')
-        if (!isPublic && (code < 300 || code === 429)) Object.assign(headers, rateLimitHeaders)
+        // Counted before the body is read: every answer but auth's 401 (which comes first) carries them.
+        if (!isPublic && code !== 401) Object.assign(headers, rateLimitHeaders)
         if (method === 'post' && code < 300) headers['Idempotent-Replayed'] = headerRef('IdempotentReplayed')
         response.headers = { ...response.headers, ...headers }
       }
