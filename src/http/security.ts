@@ -93,6 +93,8 @@ export const securityPlugin = fp(
     const parseJson = app.getDefaultJsonParser('error', 'error')
     app.removeContentTypeParser('application/json')
     app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, raw, done) => {
+      // Zero bytes are no body, whatever the Content-Type says (clients that set it on every request).
+      if ((raw as Buffer).length === 0) return done(null, undefined)
       let body: string
       try {
         body = decodeBody(raw as Buffer, request.headers['content-type'])

@@ -58,6 +58,18 @@ t.test('every kind of failure answers with the envelope', async (t) => {
     }
   })
 
+  t.test('an empty body sent as application/json is no body, as without the Content-Type', async (t) => {
+    const json = { 'content-type': 'application/json' }
+    const created = await app.inject({ method: 'POST', url: '/v1/sessions', headers: json, payload: '' })
+    t.equal(created.statusCode, 201, 'a create with no body takes the defaults')
+    const id = created.json().id
+    t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${id}/fork`, headers: json, payload: '' })).statusCode, 201, 'a fork of the whole history')
+    assertEnvelope(t, await app.inject({ method: 'POST', url: `/v1/sessions/${id}/interrupt`, headers: json, payload: '' }), 409, 'NO_ACTIVE_RUN')
+    const message = assertEnvelope(t, await app.inject({ method: 'POST', url: `/v1/sessions/${id}/messages`, headers: json, payload: '' }), 400, 'VALIDATION_ERROR')
+    t.same(message.details.fields.map((f: { field: string }) => f.field), ['body'], 'a body that is required is named as missing')
+    t.equal((await app.inject({ method: 'DELETE', url: `/v1/sessions/${id}`, headers: json, payload: '' })).statusCode, 204, 'a delete')
+  })
+
   t.test('a body that is not valid UTF-8 is INVALID_JSON, not kept with its bytes replaced', async (t) => {
     const payload = Buffer.concat([Buffer.from('{"instructions":"caf'), Buffer.from([0xe9]), Buffer.from('"}')])
     const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, payload })
