@@ -121,9 +121,14 @@ function toApiError(err: FastifyError): ApiError {
   return new ApiError('INTERNAL')
 }
 
+/** Seconds a 429 or 503 asks the client to wait when what refused it did not say (a limit that frees as runs and streams end). */
+const DEFAULT_RETRY_AFTER_S = '5'
+
 /** Sends the envelope; used by the error handler and by code that answers outside it (SSE, hooks). */
 export function sendApiError(reply: FastifyReply, error: ApiError): FastifyReply {
   for (const [name, value] of Object.entries(error.headers)) reply.header(name, value)
+  // Every 429 and 503 says when to come back (README, OpenAPI); LIMIT_EXCEEDED and some 503s did not.
+  if ((error.statusCode === 429 || error.statusCode === 503) && !reply.hasHeader('retry-after')) reply.header('retry-after', DEFAULT_RETRY_AFTER_S)
   return reply
     .status(error.statusCode)
     .type('application/json; charset=utf-8')

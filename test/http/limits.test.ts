@@ -11,6 +11,7 @@ t.test('sessions per tenant', async (t) => {
   const third = await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })
   t.equal(third.statusCode, 429)
   t.match(third.json().error, { code: 'LIMIT_EXCEEDED', retryable: true, details: { limit: 'sessionsPerTenant', max: 2 } })
+  t.match(third.headers['retry-after'], /^[1-9][0-9]*$/, 'a 429 says when to come back (Retry-After)')
   t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${first.id}/fork` })).statusCode, 429, 'a fork is a session too')
   await app.inject({ method: 'DELETE', url: `/v1/sessions/${first.id}` })
   t.equal((await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).statusCode, 201, 'room again after a delete')
@@ -42,6 +43,7 @@ t.test('active runs per tenant', async (t) => {
   const refused = await app.inject({ method: 'POST', url: `/v1/sessions/${b.id}/messages`, payload: { content: 'y' } })
   t.equal(refused.statusCode, 429)
   t.match(refused.json().error, { code: 'LIMIT_EXCEEDED', details: { limit: 'activeRunsPerTenant' } })
+  t.match(refused.headers['retry-after'], /^[1-9][0-9]*$/, 'a 429 says when to come back (Retry-After)')
   await app.agentd.runs.waitFor(a.id, running.run.id)
   t.equal((await app.inject({ method: 'POST', url: `/v1/sessions/${b.id}/messages?wait=true`, payload: { content: 'y' } })).statusCode, 200)
 })
@@ -55,6 +57,7 @@ t.test('open event streams per key', async (t) => {
   const second = await readSse(`${base}/v1/sessions/${session.id}/events`, { timeoutMs: 600 })
   t.equal(second.status, 429)
   t.equal(JSON.parse(second.body).error.code, 'LIMIT_EXCEEDED')
+  t.match(second.headers['retry-after'], /^[1-9][0-9]*$/, 'a 429 says when to come back (Retry-After)')
   const post = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages`, headers: { accept: 'text/event-stream' }, payload: { content: 'x' } })
   t.equal(post.statusCode, 429, 'a streamed POST is refused before its run is created')
   const runs = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/messages` })).json().data
