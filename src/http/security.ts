@@ -65,6 +65,26 @@ function decodeBody(raw: Buffer, contentType: string | undefined): string {
   }
 }
 
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+const wellFormed = (text: string) => !LONE_SURROGATE.test(text)
+
+/**
+ * Where a parsed body holds a string (or key) with a lone surrogate; null when it holds none.
+ * The stores keep text as UTF-8, which has no such code point: it would come back as U+FFFD.
+ */
+function loneSurrogatePath(value: unknown, path = 'body'): string | null {
+  if (typeof value === 'string') return wellFormed(value) ? null : path
+  if (!value || typeof value !== 'object') return null
+  for (const [key, child] of Object.entries(value)) {
+    const at = Array.isArray(value) ? `${path}[${key}]` : `${path}.${key}`
+    if (!wellFormed(key)) return at
+    const found = loneSurrogatePath(child, at)
+    if (found) return found
+  }
+  return null
+}
+
 const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
 const isDocs = (path: string) => path === '/docs' || path.startsWith('/docs/')
 
@@ -107,7 +127,12 @@ export const securityPlugin = fp(
         return
       }
       parseJson(request, body as string, (err, parsed) => {
-        if (!err) return done(null, parsed)
+        if (!err) {
+          // Decoded text is well-formed; only a \uD800-\uDFFF escape can make a lone surrogate.
+          const field = SURROGATE_ESCAPE.test(body) ? loneSurrogatePath(parsed) : null
+          if (field === null) return done(null, parsed)
+          return done(validationError([{ field, message: 'holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF escape without its pair), which no stored text can keep', keyword: 'wellFormed' }]), undefined)
+        }
         // secure-json-parse refuses valid JSON that carries a prototype key; say so, not "not valid JSON".
         let plain: unknown
         try {

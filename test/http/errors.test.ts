@@ -77,6 +77,19 @@ t.test('every kind of failure answers with the envelope', async (t) => {
     t.match(error.message, /UTF-8/, 'says why')
   })
 
+  t.test('a string with a lone surrogate escape is a 400 naming it, not text kept as U+FFFD', async (t) => {
+    const json = { 'content-type': 'application/json' }
+    const lone = await app.inject({ method: 'POST', url: '/v1/sessions', headers: json, payload: '{"instructions":"a\\ud800b"}' })
+    const error = assertEnvelope(t, lone, 400, 'VALIDATION_ERROR')
+    t.same(error.details.fields.map((f: { field: string }) => f.field), ['body.instructions'])
+    const inKey = await app.inject({ method: 'POST', url: '/v1/sessions', headers: json, payload: '{"metadata":{"k\\udc00":"v"}}' })
+    t.same(assertEnvelope(t, inKey, 400, 'VALIDATION_ERROR').details.fields.map((f: { field: string }) => f.field), ['body.metadata.k\udc00'])
+    const paired = await app.inject({ method: 'POST', url: '/v1/sessions', headers: json, payload: '{"instructions":"a\\ud83d\\ude00b \\\\ud800"}' })
+    t.equal(paired.statusCode, 201, 'a surrogate pair, and an escaped backslash before ud800, are text like any other')
+    const read = await app.inject({ method: 'GET', url: `/v1/sessions/${paired.json().id}` })
+    t.equal(read.json().instructions, 'a\u{1F600}b \\ud800', 'and read back as sent')
+  })
+
   t.test('a body in the charset its Content-Type names is read in that charset', async (t) => {
     const payload = Buffer.concat([Buffer.from('{"instructions":"caf'), Buffer.from([0xe9]), Buffer.from('"}')])
     const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json; charset=ISO-8859-1' }, payload })
