@@ -128,6 +128,18 @@ t.test('every kind of failure answers with the envelope', async (t) => {
   })
 })
 
+t.test('a body that fails on every item of a long array gets a bounded answer naming the first fields and how many more', async (t) => {
+  const { app } = await buildTestApp(t)
+  const payload = `{"tools":[${Array.from({ length: 5000 }, () => '{"type":"x"}').join(',')}]}`
+  const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json' }, payload })
+  const error = assertEnvelope(t, res, 400, 'VALIDATION_ERROR')
+  t.ok(res.body.length < 64 * 1024, `an answer of ${res.body.length} bytes for a ${payload.length}-byte body`)
+  t.equal(error.details.fields.length, 50, 'the first 50 fields')
+  t.equal(error.details.fields[0].field, 'body.tools', 'the first problem first')
+  t.ok(error.details.moreFields > 0, 'and how many more')
+  t.match(error.message, new RegExp(`and ${error.details.moreFields} more$`))
+})
+
 t.test('an unexpected exception is a 500 without internals, logged in full', async (t) => {
   const logLines: string[] = []
   const { app } = await buildTestApp(t, { logLines })
