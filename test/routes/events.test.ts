@@ -93,6 +93,17 @@ t.test('replay and resume', async (t) => {
     t.equal(sessions.json().error.details.fields[0].field, 'querystring.limit')
   })
 
+  t.test('a query parameter given twice is a 400 saying so, on every route', async (t) => {
+    for (const url of [`/v1/sessions/${session.id}/events?after=1&after=2`, `/v1/sessions/${session.id}/events?types=done&types=error`, '/v1/sessions?limit=1&limit=2']) {
+      const res = await app.inject({ method: 'GET', url, headers: { accept: 'application/json' } })
+      t.equal(res.statusCode, 400, url)
+      const [field] = res.json().error.details.fields
+      t.match(field, { keyword: 'repeated', message: /more than once/ }, `${url}: names what is wrong`)
+    }
+    const sse = await readSse(`${base}/v1/sessions/${session.id}/events?after=1&after=1`, { timeoutMs: 2000 })
+    t.equal(sse.status, 400, 'the SSE form too')
+  })
+
   t.test('a resume point beyond the last event is a 400 naming the last seq, never a silent skip', async (t) => {
     const byHeader = await readSse(`${base}/v1/sessions/${session.id}/events`, { headers: { 'last-event-id': String(last + 4) }, timeoutMs: 2000 })
     t.equal(byHeader.status, 400)
