@@ -370,8 +370,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       store,
       // A claim outlives a holder that died (kill -9) by as long as a run's claim does.
       leaseMs: config.runLeaseMs,
-      replayStream: (request, reply, answer) => {
-        app.streams.send(reply, request.keyId, { sessionId: answer.stream.sessionId, after: 0, runId: answer.stream.runId, untilDone: true })
+      replayStream: (request, reply, answer, after) => {
+        app.streams.send(reply, request.keyId, { sessionId: answer.stream.sessionId, after, runId: answer.stream.runId, untilDone: true })
       }
     })
 

@@ -43,8 +43,8 @@ export interface IdempotencyOptions {
   retentionMs?: number
   /** How long an in-progress claim holds without renewal (tests shorten it). */
   leaseMs?: number
-  /** Streams a run's events again for the replay of an SSE answer. */
-  replayStream(request: FastifyRequest, reply: FastifyReply, answer: StreamedAnswer): void
+  /** Streams a run's events again, those after seq `after`, for the replay of an SSE answer. */
+  replayStream(request: FastifyRequest, reply: FastifyReply, answer: StreamedAnswer, after: number): void
 }
 
 /**
@@ -95,8 +95,11 @@ export const idempotencyPlugin = fp(
             // The run's events went with its session: their stream would wait for a `done` that never comes.
             const { sessionId } = answer.stream
             if (!(await store.getSession(request.tenant, sessionId))) throw new ApiError('SESSION_NOT_FOUND', `No session ${sessionId}`)
+            // A client that reconnects by sending the same POST again (fetch-event-source does) says
+            // where it got to (the route's schema checked the header): it must not get that again.
+            const after = Number(request.headers['last-event-id'] ?? 0)
             reply.header('idempotent-replayed', 'true')
-            opts.replayStream(request, reply, answer)
+            opts.replayStream(request, reply, answer, after)
             return reply
           }
           reply.header('idempotent-replayed', 'true')

@@ -6,7 +6,7 @@ import { answer, errorResponses, ref } from '../schemas/common.ts'
 import {
   AcceptedSchema, AckSchema, ApprovalBodySchema, CallParamsSchema, FinishedSchema, ListMessagesQuerySchema,
   MESSAGE_PAGE_SIZE, MessageListSchema, PostMessageBodySchema,
-  PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
+  PostMessageHeadersSchema, PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
 import { lastAssistantMessage, sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
@@ -33,6 +33,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
       summary: 'Send a message: starts a run (202), or waits for it (?wait=true), or streams its events (Accept: text/event-stream)',
       params: SessionParamsSchema,
       querystring: PostMessageQuerySchema,
+      headers: PostMessageHeadersSchema,
       body: PostMessageBodySchema,
       response: {
         200: {

@@ -57,6 +57,13 @@ export const PostMessageQuerySchema = Type.Object(
   { additionalProperties: false }
 )
 
+export const PostMessageHeadersSchema = Type.Object({
+  'last-event-id': Type.Optional(Type.String({
+    pattern: '^[0-9]{1,15}$',
+    description: 'with the Idempotency-Key of an earlier streamed POST (a client reconnecting by sending it again): its stream resumes after this seq'
+  }))
+})
+
 export const AcceptedSchema = Type.Object({ message: ref(MessageSchema), run: ref(RunSchema) })
 export const FinishedSchema = Type.Object({
   message: Type.Union([ref(MessageSchema), Type.Null()], { description: 'the last assistant message of the run, if any' }),

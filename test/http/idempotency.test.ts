@@ -107,3 +107,22 @@ t.test('the replay of a streamed answer whose session was deleted since is 404 S
   t.equal(again.headers['idempotent-replayed'], undefined, 'not the kept answer')
   t.equal(app.streams.count, 0, 'no stream is left open')
 })
+
+t.test("a streamed POST sent again with Last-Event-ID (a client reconnecting) gets the run's events after it, none twice", async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  devModel.script({ text: 'one two three four', chunks: 4 })
+  const send = (headers: Record<string, string> = {}) => readSse(`${base}/v1/sessions/${session.id}/messages`, {
+    method: 'POST', headers: { 'idempotency-key': 'stream-resume', ...headers }, body: { content: 'hi' }, timeoutMs: 3000
+  })
+  const first = await send()
+  t.equal(first.events.at(-1)?.type, 'done')
+  const seqs = first.events.map((e) => e.seq)
+  const point = seqs[Math.floor(seqs.length / 2)] as number
+  const resumed = await send({ 'last-event-id': String(point) })
+  t.equal(resumed.headers['idempotent-replayed'], 'true')
+  t.same(resumed.events.map((e) => e.seq), seqs.filter((seq) => seq > point), 'only what came after it, to the done')
+  const bad = await send({ 'last-event-id': 'later' })
+  t.equal(bad.status, 400, 'a malformed Last-Event-ID is a 400, as on the events route')
+})

@@ -1973,6 +1973,8 @@ export interface operations {
                 wait?: boolean;
             };
             header?: {
+                /** @description with the Idempotency-Key of an earlier streamed POST (a client reconnecting by sending it again): its stream resumes after this seq */
+                "last-event-id"?: string;
                 /** @description Your ID for this request; kept when it matches the pattern, else replaced by a new one. Echoed on the response, the run it starts, its events and its log lines. */
                 "X-Request-Id"?: components["parameters"]["RequestId"];
                 /** @description Same key and same request within 24 h: the first answer again (Idempotent-Replayed: true). Same key, other request: 422 IDEMPOTENCY_KEY_REUSED. While the first is processed: 409 IDEMPOTENCY_IN_PROGRESS. Per tenant. */
