@@ -149,7 +149,7 @@ const firstErrorCompilers = AjvCompiler()
  * found, not every one: ajv listing all of them took ~12 s of the event loop for a 1 MB body
  * failing on each of 500 000 array items (every session stalled meanwhile).
  */
-export const ALL_ERRORS_MAX_VALUES = 10_000
+const ALL_ERRORS_MAX_VALUES = 10_000
 
 /** How many values (objects, arrays, scalars) a parsed body holds, counted up to just past `limit`. */
 function countValues(value: unknown, limit: number): number {

@@ -62,7 +62,7 @@ export interface FieldProblem {
  * every item of a long array, several times each: listed in full, 100 kB of input made a 20 MB
  * answer that took seconds of the event loop to build and send.
  */
-export const MAX_REPORTED_FIELDS = 50
+const MAX_REPORTED_FIELDS = 50
 
 /** A 400 VALIDATION_ERROR listing each failing field (the first MAX_REPORTED_FIELDS); the message names them unless given. */
 export function validationError(fields: FieldProblem[], message?: string): ApiError {

@@ -22,9 +22,10 @@ function queryNames(schema: unknown): { integers: string[]; single: string[] } {
 }
 
 /**
- * A query parameter is given once, and query integers are decimal digits and nothing else. The validator coerces query text with
- * JavaScript's number rules, under which `1e309` is Infinity, `0x10` is 16 and twenty nines are
- * 1e20; this check runs before it, so those are a 400 naming the parameter instead.
+ * A query parameter is given once, and query integers are decimal digits and nothing else. The
+ * validator coerces query text with JavaScript's number rules, under which `1e309` is Infinity,
+ * `0x10` is 16 and twenty nines are 1e20; this check runs before it, so those are a 400 naming
+ * the parameter instead.
  */
 export const strictQueryPlugin = fp(
   async (app: FastifyInstance) => {
