@@ -31,6 +31,12 @@ const sortedKeys = (_key: string, value: unknown) =>
     ? Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
     : value
 
+/** What identifies a request for its key: method, route, parameters and body, hashed. */
+const fingerprintOf = (request: FastifyRequest, replacer?: (key: string, value: unknown) => unknown): string =>
+  createHash('sha256')
+    .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null], replacer))
+    .digest('hex')
+
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
 /**
  * How long an in-progress claim holds without renewal. Its holder renews it while it works, so a
@@ -77,14 +83,19 @@ export const idempotencyPlugin = fp(
         throw validationError([{ field: 'headers.idempotency-key', message: 'must be 1 to 255 visible ASCII characters', keyword: 'pattern' }],
           'Idempotency-Key must be 1 to 255 visible ASCII characters')
       }
-      const fingerprint = createHash('sha256')
-        .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null], sortedKeys))
-        .digest('hex')
+      const fingerprint = fingerprintOf(request, sortedKeys)
       const tenant = request.tenant
       const claimedAt = Date.now()
-      const outcome = await store.claimIdempotency({
-        tenant, key, fingerprint, createdAt: new Date(claimedAt).toISOString(), leaseUntil: new Date(claimedAt + leaseMs).toISOString()
+      const claim = (print: string) => store.claimIdempotency({
+        tenant, key, fingerprint: print, createdAt: new Date(claimedAt).toISOString(), leaseUntil: new Date(claimedAt + leaseMs).toISOString()
       })
+      let outcome = await claim(fingerprint)
+      if (outcome.state === 'mismatch') {
+        // Keys claimed before fingerprints sorted members were hashed in the body's own order: a
+        // client retrying across that upgrade (within the retention) is still sending the same request.
+        const asSent = fingerprintOf(request)
+        if (asSent !== fingerprint) outcome = await claim(asSent)
+      }
       if (outcome.state === 'in_progress') throw new ApiError('IDEMPOTENCY_IN_PROGRESS')
       if (outcome.state === 'mismatch') throw new ApiError('IDEMPOTENCY_KEY_REUSED')
       if (outcome.state === 'completed') {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
 import { readSse } from '../helpers/sse.ts'
@@ -38,6 +39,23 @@ t.test('Idempotency-Key', async (t) => {
     const other = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { ...json, 'idempotency-key': 'create-reordered' },
       payload: '{"metadata":{"b":"1","a":"2"},"tools":[]}' })
     t.equal(other.statusCode, 422, 'other values are still another request')
+  })
+
+  t.test('a key claimed before fingerprints sorted members still replays a retry sent in its own order', async (t) => {
+    // What agentd stored before: the request hashed with the body's members in the order sent.
+    const body = { tools: [], metadata: { b: '2', a: '1' } }
+    const legacy = createHash('sha256').update(JSON.stringify(['POST', '/v1/sessions', {}, {}, body])).digest('hex')
+    const at = new Date().toISOString()
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: body })).json()
+    await app.agentd.store.claimIdempotency({ tenant: 'default', key: 'from-before', fingerprint: legacy, createdAt: at, leaseUntil: at })
+    await app.agentd.store.completeIdempotency('default', 'from-before', { status: 201, body: session })
+    const retry = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json', 'idempotency-key': 'from-before' },
+      payload: JSON.stringify(body) })
+    t.equal(retry.statusCode, 201, 'not 422 IDEMPOTENCY_KEY_REUSED')
+    t.same(retry.json(), session, 'the first response again')
+    t.equal(retry.headers['idempotent-replayed'], 'true')
+    const other = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'idempotency-key': 'from-before' }, payload: { tools: [] } })
+    t.equal(other.statusCode, 422, 'another body is still another request')
   })
 
   t.test('a malformed key is a 400', async (t) => {
