@@ -75,7 +75,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
     }
   }
   const shared = store as PostgresStore
-  const { PostgresChannel, RedisChannel } = await channels()
+  const { FallbackChannel, PostgresChannel, RedisChannel } = await channels()
   const onChannelError = (err: unknown) => log.warn({ err }, 'cluster channel error; wake-ups resume after it reconnects')
   const postgres = await PostgresChannel.open(shared.pool, () => shared.newClient(), onChannelError)
   let redis: RedisChannel | null = null
@@ -85,7 +85,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
     await postgres.close()
     throw err
   }
-  const channel: ClusterChannel = redis ?? postgres
+  const channel: ClusterChannel = redis ? new FallbackChannel(redis, postgres) : postgres
   const ownerId = `own_${randomBytes(9).toString('base64url')}`
   const bus = new SharedEventBus({
     store: readStore, channel, processId: ownerId, onError: (err) => log.warn({ err }, 'event fan-out between processes failed')
@@ -102,8 +102,7 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
       clearInterval(recovery)
       await coordinator.close()
       await bus.close()
-      await postgres.close()
-      await redis?.close()
+      await channel.close()
     }
   }
 }

@@ -314,3 +314,52 @@ export class RedisChannel extends ListenerSets implements ClusterChannel {
     await Promise.all([this.#publisher.quit().catch(() => undefined), this.#subscriber.quit().catch(() => undefined)])
   }
 }
+
+/**
+ * Redis pub/sub with LISTEN/NOTIFY behind it (AGENTD_REDIS_URL on PostgreSQL): a message Redis
+ * does not take goes over the database instead, and every process hears both. So while Redis is
+ * down, streams still get the events other processes write, and approvals, client results and
+ * interrupts still reach their run's owner; the database carries the wake-ups only then.
+ */
+export class FallbackChannel implements ClusterChannel {
+  readonly kind = 'redis' as const
+  readonly #redis: RedisChannel
+  readonly #postgres: PostgresChannel
+
+  constructor(redis: RedisChannel, postgres: PostgresChannel) {
+    this.#redis = redis
+    this.#postgres = postgres
+  }
+
+  async send(message: ClusterMessage): Promise<void> {
+    await this.#redis.send(message).catch(() => this.#postgres.send(message))
+  }
+
+  onMessage(listener: (message: ClusterMessage) => void): () => void {
+    const offRedis = this.#redis.onMessage(listener)
+    const offPostgres = this.#postgres.onMessage(listener)
+    return () => {
+      offRedis()
+      offPostgres()
+    }
+  }
+
+  onReconnect(listener: () => void): () => void {
+    const offRedis = this.#redis.onReconnect(listener)
+    const offPostgres = this.#postgres.onReconnect(listener)
+    return () => {
+      offRedis()
+      offPostgres()
+    }
+  }
+
+  /** Large messages sent through the database are kept there for a while. */
+  async sweep(): Promise<void> {
+    await this.#postgres.sweep()
+  }
+
+  async close(): Promise<void> {
+    await this.#postgres.close()
+    await this.#redis.close()
+  }
+}
