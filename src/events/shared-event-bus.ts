@@ -11,6 +11,12 @@ const EVERYTHING = Number.MAX_SAFE_INTEGER
  * read) on a session of 250 000 events would otherwise hold them all in memory at once.
  */
 const CATCH_UP_PAGE = 1000
+/**
+ * A catch-up read that failed is tried again after this, doubling up to RETRY_MAX_MS: the wake-up
+ * that asked for it may be the session's last (a run's `done`), and nothing else would read it.
+ */
+const RETRY_FIRST_MS = 250
+const RETRY_MAX_MS = 10_000
 
 /** What this process has delivered of a session its subscribers follow. */
 interface Followed {
@@ -28,6 +34,8 @@ interface Followed {
    * once more.
    */
   rescans: number
+  /** How long to wait before reading again after a failed read; RETRY_FIRST_MS after a good one. */
+  retryMs: number
 }
 
 /**
@@ -89,7 +97,7 @@ export class SharedEventBus implements EventBus {
   subscribe(sessionId: string, listener: EventListener): () => void {
     let followed = this.#followed.get(sessionId)
     if (!followed) {
-      const created: Followed = { listeners: new Set(), delivered: undefined, ready: Promise.resolve(), wanted: 0, reading: false, rescans: 0 }
+      const created: Followed = { listeners: new Set(), delivered: undefined, ready: Promise.resolve(), wanted: 0, reading: false, rescans: 0, retryMs: RETRY_FIRST_MS }
       // Where delivery starts: the session's newest seq now. Subscribers replay from the store
       // after subscribing (SSE), so anything up to here reaches them that way, and an event
       // delivered twice is dropped by them; one never delivered would be lost.
@@ -186,7 +194,16 @@ export class SharedEventBus implements EventBus {
         if (events.length === 0 || followed.wanted === EVERYTHING) followed.wanted = followed.delivered ?? 0
       }
     }
-    read().catch(this.#onError).finally(() => (followed.reading = false))
+    read().then(() => {
+      followed.reading = false
+      followed.retryMs = RETRY_FIRST_MS
+    }, (err: unknown) => {
+      followed.reading = false
+      this.#onError(err)
+      const retry = setTimeout(() => this.#catchUp(sessionId, followed.wanted), followed.retryMs)
+      retry.unref()
+      followed.retryMs = Math.min(followed.retryMs * 2, RETRY_MAX_MS)
+    })
   }
 
   #deliver(followed: Followed, event: EventRecord): void {

@@ -262,3 +262,22 @@ t.test('an SSE stream replays only once its subscription is set', async (t) => {
   t.match(text, /id: 1\nevent: committed meanwhile/, 'the replay, made after, carries the event')
   controller.abort()
 })
+
+t.test('a catch-up read that fails is tried again: the events it was to read still arrive, with no other wake-up', async (t) => {
+  const stored: EventRecord[] = [{ ...event('one'), seq: 1 }, { ...event('done'), seq: 2 }]
+  let failures = 1
+  const store = {
+    getSessionById: async () => ({ lastSeq: 0 }),
+    listEvents: async (_sessionId: string, options: { after: number }) => {
+      // A pooled connection the database dropped (pg_terminate_backend, a restart) fails one read.
+      if (failures-- > 0) throw new Error('terminating connection due to administrator command')
+      return stored.filter((e) => e.seq > options.after)
+    }
+  } as unknown as Store
+  const { bus, received, wake } = busFollowing(t, store)
+  await bus.subscribed('ses_bus')
+  // The run's last wake-up: nothing else will come for this session.
+  wake(2)
+  await until(async () => received.length === 2, 5000, 'the events of the failed read')
+  t.same(received, [1, 2], 'each once, in order')
+})
