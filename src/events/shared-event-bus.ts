@@ -68,9 +68,11 @@ export class SharedEventBus implements EventBus {
     this.#unsubscribe = [
       this.#channel.onMessage((message) => this.#receive(message)),
       // Wake-ups sent while the channel was down are lost: read every followed session again.
+      // So are the ends of sessions deleted meanwhile, whose streams would stay open for good.
       this.#channel.onReconnect(() => {
         for (const [sessionId, followed] of this.#followed) {
           if (followed.delivered !== undefined) this.#catchUp(sessionId, EVERYTHING)
+          this.#endIfDeleted(sessionId)
         }
       })
     ]
@@ -204,6 +206,12 @@ export class SharedEventBus implements EventBus {
       retry.unref()
       followed.retryMs = Math.min(followed.retryMs * 2, RETRY_MAX_MS)
     })
+  }
+
+  #endIfDeleted(sessionId: string): void {
+    this.#store.getSessionById(sessionId).then((session) => {
+      if (!session) this.#ended.forEach((listener) => callEnded(listener, sessionId, 'session deleted'))
+    }, this.#onError)
   }
 
   #deliver(followed: Followed, event: EventRecord): void {

@@ -281,3 +281,31 @@ t.test('a catch-up read that fails is tried again: the events it was to read sti
   await until(async () => received.length === 2, 5000, 'the events of the failed read')
   t.same(received, [1, 2], 'each once, in order')
 })
+
+t.test('a session deleted while the channel was down ends on this process once it reconnects', async (t) => {
+  // Its 'ended' message went out while this process was not listening, and is lost.
+  let deleted = false
+  const store = {
+    getSessionById: async () => (deleted ? null : { lastSeq: 0 }),
+    listEvents: async () => []
+  } as unknown as Store
+  const { bus, reconnect } = busFollowing(t, store)
+  await bus.subscribed('ses_bus')
+  const ended: string[] = []
+  bus.onSessionEnded((sessionId) => ended.push(sessionId))
+  deleted = true
+  reconnect()
+  await until(async () => ended.length > 0, 5000, 'the session ended')
+  t.same(ended, ['ses_bus'])
+})
+
+t.test('a reconnect ends nothing whose session is still there', async (t) => {
+  const store = { getSessionById: async () => ({ lastSeq: 0 }), listEvents: async () => [] } as unknown as Store
+  const { bus, reconnect } = busFollowing(t, store)
+  await bus.subscribed('ses_bus')
+  const ended: string[] = []
+  bus.onSessionEnded((sessionId) => ended.push(sessionId))
+  reconnect()
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.same(ended, [])
+})
