@@ -105,6 +105,9 @@ export class SharedEventBus implements EventBus {
       // delivered twice is dropped by them; one never delivered would be lost.
       created.ready = this.#store.getSessionById(sessionId).then((session) => {
         created.delivered ??= session?.lastSeq ?? 0
+        // Deleted since its caller found it: its end may have come before this subscription, and
+        // no event will follow; its streams would stay open for good.
+        if (!session) this.#endDeleted(sessionId)
       }, (err: unknown) => {
         created.delivered ??= 0
         this.#onError(err)
@@ -210,8 +213,13 @@ export class SharedEventBus implements EventBus {
 
   #endIfDeleted(sessionId: string): void {
     this.#store.getSessionById(sessionId).then((session) => {
-      if (!session) this.#ended.forEach((listener) => callEnded(listener, sessionId, 'session deleted'))
+      if (!session) this.#endDeleted(sessionId)
     }, this.#onError)
+  }
+
+  /** Ends a deleted session's streams and waits on this process only (its deleter told the others). */
+  #endDeleted(sessionId: string): void {
+    this.#ended.forEach((listener) => callEnded(listener, sessionId, 'session deleted'))
   }
 
   #deliver(followed: Followed, event: EventRecord): void {

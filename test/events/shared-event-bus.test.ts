@@ -309,3 +309,16 @@ t.test('a reconnect ends nothing whose session is still there', async (t) => {
   await new Promise((resolve) => setTimeout(resolve, 200))
   t.same(ended, [])
 })
+
+t.test('a subscription to a session deleted just before (its end already sent) ends it on this process', async (t) => {
+  // The route found the session, then another process deleted it and its 'ended' came before this subscription.
+  const store = { getSessionById: async () => null, listEvents: async () => [] } as unknown as Store
+  const bus = new SharedEventBus({ store, channel: drivenChannel().channel, processId: 'own_b', onError: () => undefined })
+  t.teardown(() => bus.close())
+  const ended: string[] = []
+  bus.onSessionEnded((sessionId) => ended.push(sessionId))
+  bus.subscribe('ses_bus', () => undefined)
+  await bus.subscribed('ses_bus')
+  await until(async () => ended.length > 0, 2000, 'the session ended')
+  t.same(ended, ['ses_bus'])
+})
