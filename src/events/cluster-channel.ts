@@ -175,8 +175,14 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
       this.#reconnectSoon(client)
     })
     client.on('end', () => this.#reconnectSoon(client))
-    await client.connect()
-    await client.query(`LISTEN ${pg.escapeIdentifier(this.#channel)}`)
+    try {
+      await client.connect()
+      await client.query(`LISTEN ${pg.escapeIdentifier(this.#channel)}`)
+    } catch (err) {
+      // A LISTEN that timed out leaves its connection open: each retry would leave one more.
+      await client.end().catch(() => undefined)
+      throw err
+    }
     this.#listener = client
   }
 

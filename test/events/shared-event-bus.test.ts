@@ -322,3 +322,35 @@ t.test('a subscription to a session deleted just before (its end already sent) e
   await until(async () => ended.length > 0, 2000, 'the session ended')
   t.same(ended, ['ses_bus'])
 })
+
+t.test('a listening connection whose LISTEN fails as it reconnects is closed, not left open beside the next one', async (t) => {
+  const schema = await withSchema(t)
+  const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
+  t.teardown(() => store.close())
+  const clients: pg.Client[] = []
+  const connect = () => {
+    const client = store.newClient()
+    // The second connection connects, then its LISTEN fails (a statement timeout on a database that stalls).
+    if (clients.length === 1) {
+      const query = client.query.bind(client) as (text: string) => Promise<unknown>
+      ;(client as unknown as { query: (text: string) => Promise<unknown> }).query = async (text: string) => {
+        if (text.startsWith('LISTEN')) throw new Error('Query read timeout')
+        return query(text)
+      }
+    }
+    clients.push(client)
+    return client
+  }
+  const channel = await PostgresChannel.open(store.pool, connect, () => undefined)
+  t.teardown(() => channel.close())
+  let reconnected = false
+  channel.onReconnect(() => (reconnected = true))
+  const first = clients[0] as pg.Client & { processID: number }
+  await store.pool.query('SELECT pg_terminate_backend($1)', [first.processID])
+  await until(async () => reconnected, 10_000, 'listening again, on a third connection')
+  t.equal(clients.length, 3)
+  const failed = clients[1] as pg.Client & { processID: number }
+  const open = async () => (await store.pool.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [failed.processID])).rowCount
+  await until(async () => (await open()) === 0, 5000, 'the failed connection closed')
+  t.equal(await open(), 0, 'its backend is gone')
+})
