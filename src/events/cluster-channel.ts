@@ -183,6 +183,11 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
       await client.end().catch(() => undefined)
       throw err
     }
+    if (this.#closed) {
+      // Closed while this one was reconnecting: close() could not see it.
+      await client.end().catch(() => undefined)
+      return
+    }
     this.#listener = client
   }
 
@@ -193,6 +198,7 @@ export class PostgresChannel extends ListenerSets implements ClusterChannel {
     const attempt = (delayMs: number) => {
       this.#retry = setTimeout(() => {
         this.#listen().then(() => this.reconnected(), (err: Error) => {
+          if (this.#closed) return
           this.#onError(err)
           attempt(Math.min(delayMs * 2, 5000))
         })

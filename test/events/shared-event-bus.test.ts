@@ -354,3 +354,34 @@ t.test('a listening connection whose LISTEN fails as it reconnects is closed, no
   await until(async () => (await open()) === 0, 5000, 'the failed connection closed')
   t.equal(await open(), 0, 'its backend is gone')
 })
+
+t.test('a channel closed while its listening connection reconnects leaves no connection open', async (t) => {
+  const schema = await withSchema(t)
+  const store = new PostgresStore({ connectionString: postgresUrl, options: `-c search_path=${schema}` })
+  t.teardown(() => store.close())
+  const clients: Array<pg.Client & { processID: number }> = []
+  let connecting: () => void = () => {}
+  const connect = () => {
+    const client = store.newClient() as pg.Client & { processID: number }
+    if (clients.length === 1) {
+      // The reconnect is under way (connected, not listening yet) when the channel closes.
+      const listen = client.query.bind(client) as (text: string) => Promise<unknown>
+      ;(client as unknown as { query: (text: string) => Promise<unknown> }).query = async (text: string) => {
+        connecting()
+        await new Promise((resolve) => setTimeout(resolve, 300))
+        return listen(text)
+      }
+    }
+    clients.push(client)
+    return client
+  }
+  const channel = await PostgresChannel.open(store.pool, connect, () => undefined)
+  const reconnecting = new Promise<void>((resolve) => (connecting = resolve))
+  await store.pool.query('SELECT pg_terminate_backend($1)', [clients[0]?.processID])
+  await reconnecting
+  await channel.close()
+  const second = clients[1] as pg.Client & { processID: number }
+  const open = async () => (await store.pool.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [second.processID])).rowCount
+  await until(async () => (await open()) === 0, 5000, 'the connection made during the close closed')
+  t.equal(await open(), 0, 'its backend is gone')
+})
