@@ -138,6 +138,11 @@ function withRedaction(logger: FastifyServerOptions['logger'], mixin?: LoggerOpt
 
 /** Paths that stay open while draining, so probes and orchestrators see the state. */
 const DRAIN_OPEN = new Set(['/healthz', '/readyz'])
+/**
+ * Routes that answer a run already going: the grace period is for such runs to finish, and one
+ * paused for an approval or a client tool can only finish if its answer gets through.
+ */
+const DRAIN_OPEN_ROUTES = new Set(['/v1/sessions/:id/approvals/:callId', '/v1/sessions/:id/tool-results/:callId'])
 
 const ajvOptions = { allErrors: true, removeAdditional: false, useDefaults: true } as const
 const coercingCompilers = AjvCompiler()
@@ -376,7 +381,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     })
 
     app.addHook('onRequest', async (request) => {
-      if (state.draining && !DRAIN_OPEN.has(request.url.split('?')[0] ?? '')) {
+      if (state.draining && !DRAIN_OPEN.has(request.url.split('?')[0] ?? '') &&
+        !(request.method === 'POST' && DRAIN_OPEN_ROUTES.has(request.routeOptions.url ?? ''))) {
         throw new ApiError('UNAVAILABLE', 'The service is shutting down', undefined, { 'retry-after': '5', connection: 'close' })
       }
     })

@@ -73,3 +73,46 @@ t.test('a second signal exits at once', async (t) => {
   await server.exited
   t.ok(Date.now() - started < 2000, 'the second signal did not wait for the 30 s grace period')
 })
+
+t.test('during the drain, a run waiting for an approval or a client tool can still be answered, and finishes within the grace period', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const dir = tempDir(t)
+  const env = {
+    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
+    AGENTD_SHUTDOWN_GRACE_MS: '20000'
+  }
+  const server = await startServer(env)
+  t.teardown(() => server.child.kill('SIGKILL'))
+  const post = (path: string, body: unknown) =>
+    fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const client = { type: 'client', name: 'ask_user', description: 'Asks the user', parameters: { type: 'object', properties: {} } }
+  const approving = (await (await post('/v1/sessions', { tools: ['fs_write'], approval: { mode: 'always' } })).json()) as { id: string }
+  const asking = (await (await post('/v1/sessions', { tools: [client] })).json()) as { id: string }
+  type Paused = { run: { id: string; status: string }; pendingCall: { id: string } }
+  // Model requests in the order they come: each run's tool call, then the answers after the drain began.
+  devModel.script({ toolCalls: [{ name: 'fs_write', arguments: { path: 'a.txt', content: 'a' } }] }, { toolCalls: [{ name: 'ask_user', arguments: {} }] },
+    { text: 'done' }, { text: 'done' })
+  const approval = (await (await post(`/v1/sessions/${approving.id}/messages?wait=true`, { content: 'write' })).json()) as Paused
+  t.equal(approval.run.status, 'awaiting_approval')
+  const toolResult = (await (await post(`/v1/sessions/${asking.id}/messages?wait=true`, { content: 'ask' })).json()) as Paused
+  t.equal(toolResult.run.status, 'awaiting_tool_result')
+
+  server.child.kill('SIGTERM')
+  await until(async () => (await fetch(`${server.url}/readyz`).catch(() => null))?.status === 503, 3000, 'readyz 503')
+  t.equal((await post('/v1/sessions', {})).status, 503, 'new work is refused')
+  const started = Date.now()
+  const allowed = await post(`/v1/sessions/${approving.id}/approvals/${approval.pendingCall.id}`, { decision: 'allow' })
+  t.equal(allowed.status, 200, 'the approval is taken')
+  const answered = await post(`/v1/sessions/${asking.id}/tool-results/${toolResult.pendingCall.id}`, { output: 'yes' })
+  t.equal(answered.status, 200, 'the client tool result is taken')
+  const { code } = await server.exited
+  t.equal(code, 0)
+  t.ok(Date.now() - started < 10_000, 'the process stopped once the runs finished, not at the end of the 20 s grace period')
+
+  const restarted = await startServer(env)
+  t.teardown(() => restarted.child.kill('SIGKILL'))
+  const get = async (path: string) => (await (await fetch(`${restarted.url}${path}`)).json()) as Record<string, any>
+  t.equal((await get(`/v1/sessions/${approving.id}/runs/${approval.run.id}`)).status, 'completed', 'the approved run completed')
+  t.equal((await get(`/v1/sessions/${asking.id}/runs/${toolResult.run.id}`)).status, 'completed', 'the answered run completed')
+})
