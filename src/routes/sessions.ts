@@ -192,7 +192,8 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const { id } = request.params
     await sessionOr404(store, request.tenant, id)
     await app.agentd.runs.cancelSession(id)
-    await store.deleteSession(request.tenant, id)
+    // False: a deletion asked for at the same time has it (still under way, on SQLite); a 204 here would come before the session is gone.
+    if (!(await store.deleteSession(request.tenant, id))) throw apiError('SESSION_NOT_FOUND', `No session ${id}`)
     app.agentd.bus.endSession(id, 'session deleted')
     await app.agentd.tools.removeWorkspace(id)
     return reply.status(204).send()

@@ -139,3 +139,24 @@ t.test('sessions survive a restart on the same SQLite file', async (t) => {
   await store.migrate()
   t.equal(await store.countSessions('default'), 1, 'migrations run again without harm')
 })
+
+t.test('two DELETEs of one session at once: one 204 once it is gone, the other 404, and the tenant has room at once after the 204', async (t) => {
+  const { app } = await buildTestApp(t, { env: { AGENTD_MAX_SESSIONS_PER_TENANT: '1' } })
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} })).json()
+  // Enough events that removing them takes several writes.
+  for (let i = 0; i < 20_000; i += 2000) {
+    await app.agentd.store.commit(Array.from({ length: 2000 }, () => ({
+      type: 'event' as const,
+      event: { sessionId: session.id, runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
+    })))
+  }
+  const deleteThenCreate = async () => {
+    const deleted = await app.inject({ method: 'DELETE', url: `/v1/sessions/${session.id}` })
+    const created = deleted.statusCode === 204 ? await app.inject({ method: 'POST', url: '/v1/sessions', payload: {} }) : null
+    return { deleted, created }
+  }
+  const answers = await Promise.all([deleteThenCreate(), deleteThenCreate()])
+  t.same(answers.map((a) => a.deleted.statusCode).sort(), [204, 404], 'one deletion, and the other finds nothing to delete')
+  t.equal(answers.find((a) => a.deleted.statusCode === 404)?.deleted.json().error.code, 'SESSION_NOT_FOUND')
+  t.same(answers.filter((a) => a.deleted.statusCode === 204).map((a) => a.created?.statusCode), [201], 'after a 204 the session no longer counts against the limit')
+})
