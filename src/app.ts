@@ -386,6 +386,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         throw new ApiError('UNAVAILABLE', 'The service is shutting down', undefined, { 'retry-after': '5', connection: 'close' })
       }
     })
+    // A request that came before the drain keeps its keep-alive connection open after its answer,
+    // and the server's close waits on that connection until the shutdown times out (exit 1).
+    app.addHook('onSend', async (_request, reply) => {
+      if (state.draining) reply.header('connection', 'close')
+    })
 
     await app.register(metricsPlugin)
     await app.register(rateLimitPlugin, { ...config.rateLimit, perTenant: config.apiKeys.size > 0, redis: ports.redis })

@@ -1,6 +1,9 @@
 import { join } from 'node:path'
 import t from 'tap'
 import { startDevModel } from '../../src/model/dev-model.ts'
+import { SqliteStore } from '../../src/store/sqlite.ts'
+import { DEFAULT_TENANT } from '../../src/http/auth.ts'
+import { testSession } from '../store/contract.ts'
 import { tempDir } from '../helpers/app.ts'
 import { readSse } from '../helpers/sse.ts'
 import { startServer, until } from '../helpers/server-process.ts'
@@ -115,4 +118,39 @@ t.test('during the drain, a run waiting for an approval or a client tool can sti
   const get = async (path: string) => (await (await fetch(`${restarted.url}${path}`)).json()) as Record<string, any>
   t.equal((await get(`/v1/sessions/${approving.id}/runs/${approval.run.id}`)).status, 'completed', 'the approved run completed')
   t.equal((await get(`/v1/sessions/${asking.id}/runs/${toolResult.run.id}`)).status, 'completed', 'the answered run completed')
+})
+
+t.test('SIGTERM while a request is answered (a long session being deleted): the answer is sent, and the process still stops cleanly', async (t) => {
+  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => devModel.close())
+  const dir = tempDir(t)
+  const env = {
+    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
+    AGENTD_SHUTDOWN_GRACE_MS: '1000'
+  }
+  // A session of 100 000 events, whose deletion takes a good part of a second.
+  const id = 'ses_01M8F16NZ2C61VSBXA1T8WVTHE'
+  const store = new SqliteStore(env.AGENTD_DB)
+  await store.migrate()
+  await store.createSession(testSession(id, { tenant: DEFAULT_TENANT }))
+  for (let i = 0; i < 100_000; i += 5000) {
+    await store.commit(Array.from({ length: 5000 }, () => ({
+      type: 'event' as const,
+      event: { sessionId: id, runId: null, channel: 'monitor' as const, type: 'tick', at: new Date().toISOString(), requestId: null, data: {} }
+    })))
+  }
+  await store.close()
+  const server = await startServer(env)
+  t.teardown(() => server.child.kill('SIGKILL'))
+  const deleted = fetch(`${server.url}/v1/sessions/${id}`, { method: 'DELETE' })
+  await until(async () => server.lines.some((line) => line.includes('"method":"DELETE"')), 5000, 'the DELETE to arrive')
+  server.child.kill('SIGTERM')
+  t.equal((await deleted).status, 204, 'the deletion under way is answered')
+  const { code } = await server.exited
+  t.equal(code, 0, 'the process stopped by itself, not when its shutdown timed out')
+  t.ok(server.lines.some((line) => line.includes('"msg":"stopped"')), 'it logged that it stopped')
+
+  const restarted = await startServer(env)
+  t.teardown(() => restarted.child.kill('SIGKILL'))
+  t.equal((await fetch(`${restarted.url}/v1/sessions/${id}`)).status, 404, 'the session is gone')
 })
