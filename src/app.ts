@@ -136,13 +136,14 @@ function withRedaction(logger: FastifyServerOptions['logger'], mixin?: LoggerOpt
   }
 }
 
-/** Paths that stay open while draining, so probes and orchestrators see the state. */
-const DRAIN_OPEN = new Set(['/healthz', '/readyz'])
+/** Paths that stay open while draining, so probes, orchestrators and the last scrape see the state. */
+const DRAIN_OPEN = new Set(['/healthz', '/readyz', '/metrics'])
 /**
- * Routes that answer a run already going: the grace period is for such runs to finish, and one
- * paused for an approval or a client tool can only finish if its answer gets through.
+ * Routes that act on a run already going: the grace period is for such runs to finish, one paused
+ * for an approval or a client tool can only finish if its answer gets through, and an interrupt
+ * ends one sooner.
  */
-const DRAIN_OPEN_ROUTES = new Set(['/v1/sessions/:id/approvals/:callId', '/v1/sessions/:id/tool-results/:callId'])
+const DRAIN_OPEN_ROUTES = new Set(['/v1/sessions/:id/approvals/:callId', '/v1/sessions/:id/tool-results/:callId', '/v1/sessions/:id/interrupt'])
 
 const ajvOptions = { allErrors: true, removeAdditional: false, useDefaults: true } as const
 const coercingCompilers = AjvCompiler()
