@@ -18,7 +18,7 @@ import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
-import { securityPlugin } from './http/security.ts'
+import { securityPlugin, setSecurityHeaders } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
 import { answeredOnSocket, traceLogMixin, traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
@@ -250,6 +250,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // before any hook runs; they get the envelope and the request ID like every other error.
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
+      setSecurityHeaders(request, reply, config.hstsMaxAge)
       traceRequest(tracing, request, reply)
       const started = performance.now()
       reply.raw.once('finish', () => answeredOutsideFastify(request, reply, performance.now() - started))

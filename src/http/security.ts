@@ -149,17 +149,22 @@ export const securityPlugin = fp(
       })
     })
 
-    const hsts = opts.hstsMaxAge > 0 ? `max-age=${opts.hstsMaxAge}` : undefined
-    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-      const path = pathOf(request)
-      reply.header('x-content-type-options', 'nosniff')
-      reply.header('referrer-policy', 'no-referrer')
-      reply.header('x-frame-options', 'DENY')
-      reply.header('content-security-policy', isDocs(path) ? DOCS_CSP : API_CSP)
-      // Sessions, messages and events are private to a tenant: no cache may keep them.
-      if (path.startsWith('/v1/')) reply.header('cache-control', 'no-store')
-      if (hsts) reply.header('strict-transport-security', hsts)
-    })
+    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => setSecurityHeaders(request, reply, opts.hstsMaxAge))
   },
   { name: 'agentd-security' }
 )
+
+/**
+ * The headers every answer carries. The security plugin sets them as each request comes; an answer
+ * the router gives before any hook (a malformed URL) gets them from here too.
+ */
+export function setSecurityHeaders(request: FastifyRequest, reply: FastifyReply, hstsMaxAge: number): void {
+  const path = pathOf(request)
+  reply.header('x-content-type-options', 'nosniff')
+  reply.header('referrer-policy', 'no-referrer')
+  reply.header('x-frame-options', 'DENY')
+  reply.header('content-security-policy', isDocs(path) ? DOCS_CSP : API_CSP)
+  // Sessions, messages and events are private to a tenant: no cache may keep them.
+  if (path.startsWith('/v1/')) reply.header('cache-control', 'no-store')
+  if (hstsMaxAge > 0) reply.header('strict-transport-security', `max-age=${hstsMaxAge}`)
+}

@@ -49,6 +49,15 @@ t.test('security headers', async (t) => {
     }
   })
 
+  t.test('so do the answers the router gives before any hook (a malformed URL, an over-long ID)', async (t) => {
+    for (const url of ['/v1/sessions/%zz', `/v1/sessions/${'a'.repeat(300)}`]) {
+      const res = await app.inject({ method: 'GET', url })
+      t.equal(res.statusCode, 400, url.slice(0, 20))
+      assertApiHeaders(t, res)
+      t.equal(res.headers['cache-control'], 'no-store')
+    }
+  })
+
   t.test('the /docs UI gets a CSP that lets it load its own scripts and styles, and nothing else', async (t) => {
     const page = await app.inject({ method: 'GET', url: '/docs/' })
     t.equal(page.statusCode, 200)
