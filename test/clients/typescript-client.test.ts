@@ -136,3 +136,39 @@ t.test('a stream answered "try again later" (503, retryable) reconnects after it
   t.equal(always.failed, 2, 'tried twice (maxReconnects 1)')
   t.ok(Date.now() - started >= 900, `waited Retry-After (1 s) between them: ${Date.now() - started} ms`)
 })
+
+/** A fetch that rewrites each event stream's line ends as CRLF and hands it over one byte at a time. */
+const crlfByteFetch: typeof fetch = async (input, init) => {
+  const response = await fetch(input, init)
+  if (!response.headers.get('content-type')?.startsWith('text/event-stream') || !response.body) return response
+  const source = response.body.getReader()
+  let pending: Uint8Array = new Uint8Array()
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      while (pending.byteLength === 0) {
+        const { value, done } = await source.read()
+        if (done) return controller.close()
+        pending = Buffer.from(Buffer.from(value).toString('latin1').replaceAll('\n', '\r\n'), 'latin1')
+      }
+      controller.enqueue(pending.subarray(0, 1))
+      pending = pending.subarray(1)
+    },
+    cancel: () => source.cancel()
+  })
+  return new Response(body, { status: response.status, headers: response.headers })
+}
+
+t.test('a CRLF stream split at every byte (a CR in one chunk, its LF in the next) loses no event; split UTF-8 arrives whole', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  const { api, events } = createAgentdClient({ baseUrl, fetch: crlfByteFetch })
+  const session = (await api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  devModel.script({ text: 'naïve café ✓ 😀 done', chunks: 3 })
+  await api.POST('/v1/sessions/{id}/messages', { params: { path: { id: session.id } }, body: { content: 'go' } })
+  const seen: AgentdEvent[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done', maxReconnects: 0 })) seen.push(e)
+  t.same(seen.map((e) => e.seq), seen.map((_, i) => i + 1), 'every event, in order')
+  t.equal(seen.at(-1)?.type, 'done')
+  t.equal(seen.filter((e) => e.type === 'text_chunk').map((e) => (e.type === 'text_chunk' ? e.data.delta : '')).join(''), 'naïve café ✓ 😀 done')
+})

@@ -84,31 +84,51 @@ export function createAgentdClient(options: ClientOptions): AgentdClient {
 }
 
 interface Frame {
-  id?: string
   event?: string
   data?: string
   retry?: number
 }
 
-/** Splits complete frames off an SSE text buffer, per the WHATWG rules (CRLF, LF or CR line ends). */
-function takeFrames(buffer: string): { frames: Frame[]; rest: string } {
-  const blocks = buffer.replace(/\r\n?/g, '\n').split('\n\n')
-  const rest = blocks.pop() ?? ''
-  const frames = blocks.map((block) => {
-    const frame: Frame = {}
-    for (const line of block.split('\n')) {
-      if (line === '' || line.startsWith(':')) continue
-      const colon = line.indexOf(':')
-      const field = colon === -1 ? line : line.slice(0, colon)
-      const value = colon === -1 ? '' : line.slice(colon + 1).replace(/^ /, '')
-      if (field === 'data') frame.data = frame.data === undefined ? value : `${frame.data}\n${value}`
-      else if (field === 'id') frame.id = value
-      else if (field === 'event') frame.event = value
-      else if (field === 'retry' && /^\d+$/.test(value)) frame.retry = Number(value)
+/**
+ * Reads SSE frames as chunks arrive, per the WHATWG rules (CRLF, LF or CR line ends). It keeps
+ * state across chunks, so a CRLF split between two chunks is one line end, and each byte is read once.
+ */
+class FrameParser {
+  #line = ''
+  #frame: Frame = {}
+  // The last chunk ended in CR: a LF opening the next one belongs to it.
+  #afterCr = false
+
+  feed(text: string): Frame[] {
+    const frames: Frame[] = []
+    const lineEnd = /\r\n|\r|\n/g
+    lineEnd.lastIndex = this.#afterCr && text.startsWith('\n') ? 1 : 0
+    let start = lineEnd.lastIndex
+    this.#afterCr = false
+    for (let match = lineEnd.exec(text); match; match = lineEnd.exec(text)) {
+      const line = this.#line + text.slice(start, match.index)
+      this.#line = ''
+      start = lineEnd.lastIndex
+      if (line === '') {
+        if (Object.keys(this.#frame).length > 0) frames.push(this.#frame)
+        this.#frame = {}
+      } else this.#field(line)
     }
-    return frame
-  })
-  return { frames, rest }
+    this.#afterCr = text.endsWith('\r')
+    this.#line += text.slice(start)
+    return frames
+  }
+
+  #field(line: string): void {
+    if (line.startsWith(':')) return
+    const colon = line.indexOf(':')
+    const field = colon === -1 ? line : line.slice(0, colon)
+    const value = colon === -1 ? '' : line.slice(colon + 1).replace(/^ /, '')
+    const frame = this.#frame
+    if (field === 'data') frame.data = frame.data === undefined ? value : `${frame.data}\n${value}`
+    else if (field === 'event') frame.event = value
+    else if (field === 'retry' && /^\d+$/.test(value)) frame.retry = Number(value)
+  }
 }
 
 /** A Retry-After in seconds (the form agentd sends), capped at a minute; null when absent or not a number. */
@@ -157,15 +177,13 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
       continue
     }
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
-    let buffer = ''
+    const parser = new FrameParser()
     let cause: unknown = null
     try {
       for (;;) {
         const { value, done } = await reader.read()
         if (done) break
-        const { frames, rest } = takeFrames(buffer + value)
-        buffer = rest
-        for (const frame of frames) {
+        for (const frame of parser.feed(value)) {
           if (frame.retry !== undefined) retryMs = frame.retry
           // Frames without data (the opening retry, pings) are not events.
           if (frame.data === undefined || frame.event === undefined) continue
