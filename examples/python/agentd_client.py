@@ -134,6 +134,10 @@ class AgentdClient:
 
     def stream_message(self, session_id: str, content: str):
         """Sends a message and yields its run's events until `done`, reconnecting with Last-Event-ID if the stream drops."""
+        # Where this run's events will start: a reconnection before its first event resumes from here,
+        # not from 0, which would replay the session's earlier runs and stop at their `done`.
+        with self._open("GET", f"/v1/sessions/{session_id}", None, accept="application/json", timeout=30) as response:
+            start_seq = str(json.load(response)["lastSeq"])
         response = self._open(
             "POST", f"/v1/sessions/{session_id}/messages", {"content": content},
             accept="text/event-stream", timeout=STREAM_TIMEOUT_S,
@@ -143,10 +147,9 @@ class AgentdClient:
         while True:
             try:
                 if response is None:
-                    # A new session has no events before this run, so "0" replays the whole run.
                     response = self._open(
                         "GET", f"/v1/sessions/{session_id}/events?until=done", None, accept="text/event-stream",
-                        timeout=STREAM_TIMEOUT_S, headers={"Last-Event-ID": parser.last_event_id or "0"},
+                        timeout=STREAM_TIMEOUT_S, headers={"Last-Event-ID": parser.last_event_id or start_seq},
                     )
                 with response:
                     for event in read_events(response, parser):
@@ -167,7 +170,7 @@ class AgentdClient:
                 else:
                     delay_s = (parser.retry_ms if parser.retry_ms is not None else DEFAULT_RETRY_MS) / 1000
                 print(f"stream dropped ({err or type(err).__name__}); reconnecting in {delay_s:g} s "
-                      f"from event {parser.last_event_id or '0'}", file=sys.stderr)
+                      f"from event {parser.last_event_id or start_seq}", file=sys.stderr)
                 time.sleep(delay_s)
                 response = None
 

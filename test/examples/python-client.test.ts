@@ -109,6 +109,37 @@ t.test('a reconnection answered 503 (retryable, Retry-After) waits and goes on; 
   t.equal(out.stdout, 'Still here after the outage.\n')
 })
 
+t.test('stream_message on a session with earlier runs, cut before its first event, resumes in its own run', async (t) => {
+  const { base, devModel } = await startService(t)
+  const auth = { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json' }
+  const session = await (await fetch(`${base}/v1/sessions`, { method: 'POST', headers: auth, body: '{}' })).json() as { id: string }
+  devModel.script({ text: 'the first answer' })
+  const first = await fetch(`${base}/v1/sessions/${session.id}/messages?wait=true`, { method: 'POST', headers: auth, body: '{"content":"one"}' })
+  t.equal(first.status, 200)
+  const firstRunId = ((await first.json()) as { run: { id: string } }).run.id
+  devModel.script({ text: 'the second answer', delayMs: 50 })
+  // One frame: the stream's opening `retry:`, so the cut comes before any event of the run.
+  const proxy = await startCuttingProxy(t, Number(new URL(base).port), 1)
+  const program = [
+    'import json, sys',
+    `sys.path.insert(0, ${JSON.stringify(fileURLToPath(new URL('../../examples/python', import.meta.url)))})`,
+    'import agentd_client',
+    'agentd_client.DEFAULT_RETRY_MS = 10',
+    `client = agentd_client.AgentdClient(${JSON.stringify(proxy.url)}, ${JSON.stringify(API_KEY)})`,
+    `for e in client.stream_message(${JSON.stringify(session.id)}, "two"):`,
+    '    print(e.data)'
+  ].join('\n')
+  const out = await new Promise<string>((resolve, reject) => {
+    execFile('python3', ['-B', '-c', program], { timeout: 15_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)))
+  })
+  t.ok(proxy.cut, 'the proxy cut the first event stream')
+  const events = out.trim().split('\n').map((line) => JSON.parse(line) as { seq: number; type: string; runId: string; data: { text?: string } })
+  t.ok(events.length > 0 && events.every((e) => e.runId !== firstRunId), 'none of the earlier run\'s events')
+  t.same(events.map((e) => e.seq), events.map((_, i) => events[0]!.seq + i), 'nothing missed or repeated')
+  t.equal(events.find((e) => e.type === 'text_chunk_end')?.data.text, 'the second answer')
+  t.equal(events.at(-1)?.type, 'done')
+})
+
 t.test('the SSE parser follows the standard: multi-line data, comments, retry, ids and split line ends', async (t) => {
   const program = [
     'import json, sys',
