@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { getEventListeners } from 'node:events'
 import t from 'tap'
 import { AgentdError, createAgentdClient, isToolProgress, type AgentdEvent } from '../../clients/typescript/src/index.ts'
 import { generateSchema, schemaUrl } from '../../clients/typescript/scripts/generate.ts'
@@ -171,4 +172,23 @@ t.test('a CRLF stream split at every byte (a CR in one chunk, its LF in the next
   t.same(seen.map((e) => e.seq), seen.map((_, i) => i + 1), 'every event, in order')
   t.equal(seen.at(-1)?.type, 'done')
   t.equal(seen.filter((e) => e.type === 'text_chunk').map((e) => (e.type === 'text_chunk' ? e.data.delta : '')).join(''), 'naïve café ✓ 😀 done')
+})
+
+t.test("a caller's AbortSignal keeps no listener of the client's after reconnections", async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  const cut = cuttingFetch(1200)
+  // Node's fetch holds its own listener until garbage collection: kept away so that only the client's count.
+  const fetchWithoutSignal: typeof fetch = (input, init) => cut.fetch(input, { ...init, signal: null })
+  const { api, events } = createAgentdClient({ baseUrl, fetch: fetchWithoutSignal })
+  const session = (await api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  devModel.script({ text: 'one two three four five six', chunks: 6 })
+  await api.POST('/v1/sessions/{id}/messages', { params: { path: { id: session.id } }, body: { content: 'go' } })
+  const controller = new AbortController()
+  const seen: AgentdEvent[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done', signal: controller.signal })) seen.push(e)
+  t.equal(cut.cuts(), 1, 'it reconnected once')
+  t.equal(seen.at(-1)?.type, 'done')
+  t.equal(getEventListeners(controller.signal, 'abort').length, 0, 'the wait before reconnecting removed its listener')
 })

@@ -139,8 +139,9 @@ function retryAfterMs(header: string | null): number | null {
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms)
-    signal?.addEventListener('abort', () => { clearTimeout(timer); resolve() }, { once: true })
+    const wake = () => { clearTimeout(timer); signal?.removeEventListener('abort', wake); resolve() }
+    const timer = setTimeout(wake, ms)
+    signal?.addEventListener('abort', wake, { once: true })
   })
 
 async function* streamEvents(client: ClientOptions, auth: Record<string, string>, options: StreamOptions): AsyncGenerator<AgentdEvent, void, undefined> {
