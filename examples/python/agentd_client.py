@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 # agentd sends ': ping' every 15 s, so a minute of silence means the connection is dead.
 STREAM_TIMEOUT_S = 60
+# Reconnections in a row without an event before giving up; an event received starts the count again.
 MAX_RECONNECTS = 5
 # Used until the server's `retry:` field says otherwise (agentd opens every stream with retry: 2000).
 DEFAULT_RETRY_MS = 2000
@@ -153,6 +154,7 @@ class AgentdClient:
                     )
                 with response:
                     for event in read_events(response, parser):
+                        reconnects = 0
                         yield event
                         if event.type == "done":
                             return

@@ -140,6 +140,31 @@ t.test('stream_message on a session with earlier runs, cut before its first even
   t.equal(events.at(-1)?.type, 'done')
 })
 
+t.test('a stream dropped more often than MAX_RECONNECTS, each time after progress, still runs to the end', async (t) => {
+  const { base, devModel } = await startService(t)
+  devModel.script({ text: 'Many cuts, one answer.', chunks: 4 })
+  // Every connection but the last is cut after its `retry:` frame and one event.
+  const proxy = await startCuttingProxy(t, Number(new URL(base).port), 2, 8)
+  const program = [
+    'import sys, time',
+    `sys.path.insert(0, ${JSON.stringify(fileURLToPath(new URL('../../examples/python', import.meta.url)))})`,
+    'import agentd_client',
+    'time.sleep = lambda seconds: None  # the waits between reconnections are not what is tested',
+    `sys.exit(agentd_client.main(["--base-url", ${JSON.stringify(proxy.url)}, "--api-key", ${JSON.stringify(API_KEY)}, "hello"]))`
+  ].join('\n')
+  const out = await new Promise<Outcome>((resolve) => {
+    execFile('python3', ['-B', '-c', program], { timeout: 15_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout, stderr })
+    })
+  })
+  t.equal(proxy.cuts, 8, 'cut eight times')
+  t.equal(out.code, 0, 'exits 0', { stderr: out.stderr })
+  const events = printedEvents(out.stderr)
+  t.same(events.map((e) => e.type), textRunTypes)
+  t.same(events.map((e) => e.seq), events.map((_, i) => i + 1))
+  t.equal(out.stdout, 'Many cuts, one answer.\n')
+})
+
 t.test('the SSE parser follows the standard: multi-line data, comments, retry, ids and split line ends', async (t) => {
   const program = [
     'import json, sys',
@@ -175,12 +200,12 @@ t.test('the SSE parser follows the standard: multi-line data, comments, retry, i
 })
 
 /**
- * A TCP proxy in front of the service that cuts the first SSE response after `frames` frames
+ * A TCP proxy in front of the service that cuts the first `times` SSE responses after `frames` frames
  * (the `retry:` frame counts) and passes everything else through.
  */
-async function startCuttingProxy(t: TapTest, targetPort: number, frames: number): Promise<{ url: string; cut: boolean }> {
+async function startCuttingProxy(t: TapTest, targetPort: number, frames: number, times = 1): Promise<{ url: string; cut: boolean; cuts: number }> {
   const sockets = new Set<Socket>()
-  const state = { url: '', cut: false }
+  const state = { url: '', cut: false, cuts: 0 }
   const server = createServer((client) => {
     const upstream = connect(targetPort, '127.0.0.1')
     for (const socket of [client, upstream]) {
@@ -193,8 +218,9 @@ async function startCuttingProxy(t: TapTest, targetPort: number, frames: number)
     client.pipe(upstream)
 
     let seen = ''
+    let passing = state.cuts >= times
     upstream.on('data', (data: Buffer) => {
-      if (state.cut || (seen === '' && !data.includes('text/event-stream'))) return void client.write(data)
+      if (passing || (seen === '' && !data.includes('text/event-stream'))) return void client.write(data)
       seen += data.toString('latin1')
       let end = 0
       for (let i = 0; i < frames; i++) {
@@ -203,6 +229,8 @@ async function startCuttingProxy(t: TapTest, targetPort: number, frames: number)
         end += 2
       }
       state.cut = true
+      state.cuts++
+      passing = true
       client.end(data.subarray(0, data.length - (seen.length - end)), () => client.destroy())
       upstream.destroy()
     })
