@@ -192,3 +192,19 @@ t.test("a caller's AbortSignal keeps no listener of the client's after reconnect
   t.equal(seen.at(-1)?.type, 'done')
   t.equal(getEventListeners(controller.signal, 'abort').length, 0, 'the wait before reconnecting removed its listener')
 })
+
+t.test("a gateway's own JSON error (not agentd's envelope) in front of the stream throws an AgentdError with its status", async (t) => {
+  const { app } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  const gateway: typeof fetch = async (input, init) => String(input).includes('/events')
+    ? new Response('{"message":"Bad Gateway"}', { status: 502, headers: { 'content-type': 'application/json' } })
+    : fetch(input, init)
+  const { api, events } = createAgentdClient({ baseUrl, fetch: gateway })
+  const session = (await api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  const failure = await events({ sessionId: session.id }).next().catch((err: unknown) => err)
+  if (!(failure instanceof AgentdError)) throw new Error(`the stream threw ${String(failure)}, not an AgentdError`)
+  t.equal(failure.status, 502)
+  t.equal(failure.envelope, null)
+  t.equal(failure.message, 'HTTP 502')
+})

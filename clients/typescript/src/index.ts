@@ -131,6 +131,12 @@ class FrameParser {
   }
 }
 
+/** The body as agentd's error envelope; null for anything else (a proxy's or gateway's own error page or JSON). */
+function envelopeOf(body: unknown): ErrorEnvelope | null {
+  const error = (body as { error?: { code?: unknown } } | null)?.error
+  return typeof error?.code === 'string' ? (body as ErrorEnvelope) : null
+}
+
 /** A Retry-After in seconds (the form agentd sends), capped at a minute; null when absent or not a number. */
 function retryAfterMs(header: string | null): number | null {
   if (header === null || !/^\d+$/.test(header.trim())) return null
@@ -170,7 +176,7 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
       continue
     }
     if (!response.ok || !response.body) {
-      const envelope = (await response.json().catch(() => null)) as ErrorEnvelope | null
+      const envelope = envelopeOf(await response.json().catch(() => null))
       // "Try again later" (a draining process behind a load balancer, a store out of reach, a
       // rate limit) is a reconnection like any other; anything else is the caller's to handle.
       if (!envelope?.error.retryable || options.signal?.aborted || ++failures > maxReconnects) throw new AgentdError(response.status, envelope)
