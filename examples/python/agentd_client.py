@@ -71,7 +71,8 @@ class SseParser:
     def __init__(self) -> None:
         self.last_event_id: str | None = None
         self.retry_ms: int | None = None
-        self._pending = ""
+        self._pending: list[str] = []
+        self._after_cr = False
         self._started = False
         self._type = ""
         self._data: list[str] = []
@@ -81,13 +82,20 @@ class SseParser:
         if not self._started and text:
             self._started = True
             text = text.removeprefix("\ufeff")
-        text = self._pending + text
-        # A piece that ends in \r may be the first half of \r\n; keep it so it is not read as two line ends.
-        held = ""
-        if text.endswith("\r"):
-            text, held = text[:-1], "\r"
+        if not text:
+            return []
+        # A CR that ended the last piece was a line end; a LF opening this one is the rest of that CRLF.
+        if self._after_cr and text.startswith("\n"):
+            text = text[1:]
+        self._after_cr = text.endswith("\r")
+        # Only the new text is split: the start of an unfinished line waits in pieces, so a large
+        # event costs time linear in its size.
         *lines, rest = re.split(r"\r\n|\r|\n", text)
-        self._pending = rest + held
+        if lines:
+            lines[0] = "".join(self._pending) + lines[0]
+            self._pending = []
+        if rest:
+            self._pending.append(rest)
         events = []
         for line in lines:
             event = self._line(line)

@@ -199,6 +199,32 @@ t.test('the SSE parser follows the standard: multi-line data, comments, retry, i
   })
 })
 
+t.test('a very large event is parsed in time linear in its size: 8 MiB in 64 KiB pieces takes about 8 times 1 MiB', async (t) => {
+  const program = [
+    'import json, sys, time',
+    `sys.path.insert(0, ${JSON.stringify(fileURLToPath(new URL('../../examples/python', import.meta.url)))})`,
+    'from agentd_client import SseParser',
+    'def parse_seconds(size):',
+    '    stream = "id: 1\\r\\nevent: tool:end\\r\\ndata: " + "x" * size + "\\r\\n\\r\\n"',
+    '    best = None',
+    '    for _ in range(3):',
+    '        parser = SseParser()',
+    '        started = time.perf_counter()',
+    '        events = [e for i in range(0, len(stream), 65536) for e in parser.feed(stream[i:i + 65536])]',
+    '        elapsed = time.perf_counter() - started',
+    '        assert [(e.type, len(e.data)) for e in events] == [("tool:end", size)]',
+    '        best = elapsed if best is None else min(best, elapsed)',
+    '    return best',
+    'print(json.dumps({"small": parse_seconds(1 << 20), "large": parse_seconds(8 << 20)}))'
+  ].join('\n')
+  const out = await new Promise<string>((resolve, reject) => {
+    execFile('python3', ['-B', '-c', program], { timeout: 60_000 }, (err, stdout) => (err ? reject(err) : resolve(stdout)))
+  })
+  const { small, large } = JSON.parse(out) as { small: number; large: number }
+  // Linear is a ratio near 8; reading the whole buffer again per piece made it about 60.
+  t.ok(large / small < 24, `1 MiB in ${(small * 1000).toFixed(1)} ms, 8 MiB in ${(large * 1000).toFixed(1)} ms`)
+})
+
 /**
  * A TCP proxy in front of the service that cuts the first `times` SSE responses after `frames` frames
  * (the `retry:` frame counts) and passes everything else through.
