@@ -208,3 +208,21 @@ t.test("a gateway's own JSON error (not agentd's envelope) in front of the strea
   t.equal(failure.envelope, null)
   t.equal(failure.message, 'HTTP 502')
 })
+
+t.test('until done with a filter that leaves done out still ends after the run, with only the events asked for', async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  const { api, events } = createAgentdClient({ baseUrl })
+  const session = (await api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  devModel.script({ text: 'alpha beta gamma', chunks: 3 })
+  await api.POST('/v1/sessions/{id}/messages', { params: { path: { id: session.id } }, body: { content: 'go' } })
+  const texts: string[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done', types: ['text_chunk'], maxReconnects: 1 })) {
+    texts.push(e.type === 'text_chunk' ? e.data.delta : `unexpected ${e.type}`)
+  }
+  t.equal(texts.join(''), 'alpha beta gamma')
+  const monitor: string[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done', channels: ['monitor'], maxReconnects: 1 })) monitor.push(e.channel)
+  t.ok(monitor.length > 0 && monitor.every((channel) => channel === 'monitor'), monitor.join(' '))
+})

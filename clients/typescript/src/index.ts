@@ -41,7 +41,7 @@ export interface StreamOptions {
   sessionId: string
   /** Start after this seq (the stream replays every stored event after it, then goes live). */
   after?: number
-  /** End after the next `done` event. */
+  /** End after the next `done` event (also when `channels` or `types` leave `done` out: it is then not yielded). */
   until?: 'done'
   channels?: Array<'progress' | 'control' | 'monitor'>
   types?: string[]
@@ -152,10 +152,16 @@ const sleep = (ms: number, signal?: AbortSignal) =>
 
 async function* streamEvents(client: ClientOptions, auth: Record<string, string>, options: StreamOptions): AsyncGenerator<AgentdEvent, void, undefined> {
   const fetch = client.fetch ?? globalThis.fetch
+  const { channels, types } = options
+  const wanted = (event: AgentdEvent) =>
+    (!channels?.length || channels.includes(event.channel)) && (!types?.length || types.includes(event.type))
+  // With until=done the client must see `done` to know the run ended, and to resume past it: a
+  // filter that leaves it out asks the server for it too, and the client drops it here.
+  const untilDone = options.until === 'done'
   const query = new URLSearchParams()
   if (options.until) query.set('until', options.until)
-  if (options.channels?.length) query.set('channels', options.channels.join(','))
-  if (options.types?.length) query.set('types', options.types.join(','))
+  if (channels?.length) query.set('channels', (untilDone && !channels.includes('progress') ? [...channels, 'progress'] : channels).join(','))
+  if (types?.length) query.set('types', (untilDone && !types.includes('done') ? [...types, 'done'] : types).join(','))
   const url = `${client.baseUrl}/v1/sessions/${encodeURIComponent(options.sessionId)}/events${query.size ? `?${query}` : ''}`
   // Resume point: sent as Last-Event-ID, moved on as events arrive; the URL stays the same on every reconnect.
   let lastSeq = options.after
@@ -197,8 +203,8 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
           const event = JSON.parse(frame.data) as AgentdEvent
           lastSeq = event.seq
           failures = 0
-          yield event
-          if (options.until === 'done' && event.type === 'done') return
+          if (wanted(event)) yield event
+          if (untilDone && event.type === 'done') return
         }
       }
     } catch (err) {
