@@ -69,7 +69,10 @@ class SseParser:
     """Turns the text of an event stream into events, per the WHATWG Server-Sent Events rules."""
 
     def __init__(self) -> None:
+        # The ID of the last frame dispatched (what a reconnection resumes after); an `id:` line sets
+        # _id first, and it counts only once its frame is complete.
         self.last_event_id: str | None = None
+        self._id: str | None = None
         self.retry_ms: int | None = None
         self._pending: list[str] = []
         self._after_cr = False
@@ -103,6 +106,14 @@ class SseParser:
                 events.append(event)
         return events
 
+    def end(self) -> None:
+        """The connection ended: its unfinished line and frame, with the frame's `id:`, are dropped (the
+        standard's rule), as a resumed stream sends that event again whole. The last event ID and retry delay stay."""
+        self._pending, self._after_cr, self._type, self._data = [], False, "", []
+        self._id = self.last_event_id
+        # A new connection may open with its own byte order mark.
+        self._started = False
+
     def _line(self, line: str) -> SseEvent | None:
         if line == "":
             return self._dispatch()
@@ -115,13 +126,14 @@ class SseParser:
         elif name == "event":
             self._type = value
         elif name == "id" and "\0" not in value:
-            self.last_event_id = value
+            self._id = value
         elif name == "retry" and re.fullmatch(r"[0-9]+", value):
             self.retry_ms = int(value)
         # Any other field is ignored, as the standard says.
         return None
 
     def _dispatch(self) -> SseEvent | None:
+        self.last_event_id = self._id
         data, event_type = self._data, self._type
         self._data, self._type = [], ""
         if not data:
@@ -172,6 +184,7 @@ class AgentdClient:
                 # reached a draining process behind a load balancer); any other answer is final.
                 if isinstance(err, ApiError) and not err.retryable:
                     raise
+                parser.end()
                 reconnects += 1
                 if reconnects > MAX_RECONNECTS:
                     raise

@@ -91,6 +91,22 @@ t.test('a dropped stream is resumed with Last-Event-ID: nothing missed, nothing 
   t.equal(out.stdout, 'Still here after the cut.\n')
 })
 
+t.test('a stream cut in the middle of a frame is resumed from a clean parser: the half frame is dropped, then replayed whole', async (t) => {
+  const { base, devModel } = await startService(t)
+  devModel.script({ text: 'Cut inside a frame.', chunks: 4 })
+  // After the retry frame and three events, 40 bytes into the fourth: inside its data line.
+  const proxy = await startCuttingProxy(t, Number(new URL(base).port), 4, 1, 40)
+
+  const out = await runClient(['--base-url', proxy.url, '--api-key', API_KEY, 'hello'])
+  t.equal(out.code, 0, 'exits 0', { stderr: out.stderr })
+  t.ok(proxy.cut, 'the proxy cut the first event stream')
+  t.match(out.stderr, /reconnecting in 2 s from event 3/)
+  const events = printedEvents(out.stderr)
+  t.same(events.map((e) => e.type), textRunTypes)
+  t.same(events.map((e) => e.seq), events.map((_, i) => i + 1))
+  t.equal(out.stdout, 'Cut inside a frame.\n')
+})
+
 t.test('a reconnection answered 503 (retryable, Retry-After) waits and goes on; nothing missed', async (t) => {
   const { app, devModel } = await buildTestApp(t, { env: { AGENTD_API_KEYS: `python:${API_KEY}` } })
   const base = await listen(app)
@@ -227,9 +243,10 @@ t.test('a very large event is parsed in time linear in its size: 8 MiB in 64 KiB
 
 /**
  * A TCP proxy in front of the service that cuts the first `times` SSE responses after `frames` frames
+ * and `into` bytes of the next one
  * (the `retry:` frame counts) and passes everything else through.
  */
-async function startCuttingProxy(t: TapTest, targetPort: number, frames: number, times = 1): Promise<{ url: string; cut: boolean; cuts: number }> {
+async function startCuttingProxy(t: TapTest, targetPort: number, frames: number, times = 1, into = 0): Promise<{ url: string; cut: boolean; cuts: number }> {
   const sockets = new Set<Socket>()
   const state = { url: '', cut: false, cuts: 0 }
   const server = createServer((client) => {
@@ -254,10 +271,12 @@ async function startCuttingProxy(t: TapTest, targetPort: number, frames: number,
         if (end < 0) return void client.write(data)
         end += 2
       }
+      const cutAt = end + into
+      if (seen.length < cutAt) return void client.write(data)
       state.cut = true
       state.cuts++
       passing = true
-      client.end(data.subarray(0, data.length - (seen.length - end)), () => client.destroy())
+      client.end(data.subarray(0, data.length - (seen.length - cutAt)), () => client.destroy())
       upstream.destroy()
     })
   })
