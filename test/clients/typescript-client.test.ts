@@ -226,3 +226,39 @@ t.test('until done with a filter that leaves done out still ends after the run, 
   for await (const e of events({ sessionId: session.id, until: 'done', channels: ['monitor'], maxReconnects: 1 })) monitor.push(e.channel)
   t.ok(monitor.length > 0 && monitor.every((channel) => channel === 'monitor'), monitor.join(' '))
 })
+
+t.test('a connection that goes silent (half-open, not even a ping) is taken for dead after idleTimeoutMs and resumed', { timeout: 20_000 }, async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  let stalls = 0
+  // The first event stream delivers 1200 bytes, then nothing more, as a peer gone without a FIN.
+  const stalling: typeof fetch = async (input, init) => {
+    const response = await fetch(input, init)
+    if (!response.headers.get('content-type')?.startsWith('text/event-stream') || !response.body || stalls > 0) return response
+    stalls++
+    const source = response.body.getReader()
+    let sent = 0
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        if (sent >= 1200) return new Promise<void>(() => {})
+        const { value, done } = await source.read()
+        if (done) return controller.close()
+        const piece = value.subarray(0, 1200 - sent)
+        sent += piece.byteLength
+        controller.enqueue(piece)
+      },
+      cancel: () => source.cancel()
+    })
+    return new Response(body, { status: response.status, headers: response.headers })
+  }
+  const { api, events } = createAgentdClient({ baseUrl, fetch: stalling })
+  const session = (await api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  devModel.script({ text: 'one two three four five six', chunks: 6 })
+  await api.POST('/v1/sessions/{id}/messages', { params: { path: { id: session.id } }, body: { content: 'go' } })
+  const seen: AgentdEvent[] = []
+  for await (const e of events({ sessionId: session.id, until: 'done', idleTimeoutMs: 500 })) seen.push(e)
+  t.equal(stalls, 1, 'the first connection went silent')
+  t.same(seen.map((e) => e.seq), seen.map((_, i) => i + 1), 'nothing missed or repeated')
+  t.equal(seen.at(-1)?.type, 'done')
+})

@@ -52,6 +52,8 @@ export interface StreamOptions {
    * is out of reach, 429), which is retried after its Retry-After.
    */
   maxReconnects?: number
+  /** Silence (no bytes, not even agentd's 15 s ping) after which the connection is taken for dead and resumed; default 45000. */
+  idleTimeoutMs?: number
 }
 
 /** A non-2xx answer, with agentd's error envelope. */
@@ -143,6 +145,15 @@ function retryAfterMs(header: string | null): number | null {
   return Math.min(Number(header) * 1000, 60_000)
 }
 
+/** reader.read(), or a rejection after `ms` without bytes: a half-open connection would otherwise wait forever. */
+function readWithin<T>(reader: ReadableStreamDefaultReader<T>, ms: number): ReturnType<ReadableStreamDefaultReader<T>['read']> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const silence = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no bytes for ${ms} ms: the connection is taken for dead`)), ms)
+  })
+  return Promise.race([reader.read(), silence]).finally(() => clearTimeout(timer))
+}
+
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     const wake = () => { clearTimeout(timer); signal?.removeEventListener('abort', wake); resolve() }
@@ -194,7 +205,7 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
     let cause: unknown = null
     try {
       for (;;) {
-        const { value, done } = await reader.read()
+        const { value, done } = await readWithin(reader, options.idleTimeoutMs ?? 45_000)
         if (done) break
         for (const frame of parser.feed(value)) {
           if (frame.retry !== undefined) retryMs = frame.retry
