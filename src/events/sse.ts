@@ -342,10 +342,11 @@ class EventStream implements OpenEventStream {
       // The replay reads what the live feed will not bring: only once the feed knows where it starts.
       await this.#feed.subscribed(this.#sessionId)
       // A session deleted after its route found it, and before this stream was registered, ended
-      // no stream (EventBus.endSession), so this one would wait for good: it is looked up once
-      // registered (a deletion after that ends it).
-      const [session, first] = await Promise.all([this.#store.getSessionById(this.#sessionId), this.#page()])
-      if (!session) return this.end('session deleted')
+      // no stream (EventBus.endSession), so this one would wait for good: once registered, it looks
+      // the session up (a deletion after that ends it). Only when nothing is left to replay: a
+      // deletion removes the events before the session, and a run's own stream always has some.
+      const first = await this.#page()
+      if (first.length === 0 && !(await this.#store.getSessionById(this.#sessionId))) return this.end('session deleted')
       for (let page = first; ; page = await this.#page()) {
         // Replay is read at the reader's pace: it waits for the socket to drain instead of
         // dropping a reader that reconnects with a large backlog (a dropped reader would come
