@@ -1,7 +1,7 @@
 import { once } from 'node:events'
 import { setTimeout as delay } from 'node:timers/promises'
 import t from 'tap'
-import { buildTestApp, type TestApp } from '../helpers/app.ts'
+import { buildTestApp, createSession, sendAndWait, type TestApp } from '../helpers/app.ts'
 import { chunk, errorAnswer, startModelServer, streamOf, textAnswer, type ModelAnswer } from '../helpers/model-server.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
 
@@ -11,17 +11,6 @@ async function appWith(t: Parameters<typeof buildTestApp>[0], answer: ModelAnswe
   const server = await startModelServer(t, answer)
   const ctx = await buildTestApp(t, { app: { model: server.provider } })
   return { ctx, requests: server.requests }
-}
-
-async function createSession(ctx: TestApp, body: object = { tools: [] }): Promise<string> {
-  const res = await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: body })
-  if (res.statusCode !== 201) throw new Error(`session not created: ${res.body}`)
-  return res.json().id
-}
-
-async function send(ctx: TestApp, sessionId: string, content: string) {
-  const res = await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content } })
-  return res.json()
 }
 
 /** No lone surrogate: with the u flag, a pair is one code point and only a lone half is in Cs. */
@@ -44,13 +33,13 @@ t.test('llama.cpp refusing a prompt over its context size is CONTEXT_LENGTH_EXCE
     textAnswer(res, 'fits now')
   })
   const sessionId = await createSession(ctx)
-  const { run, message } = await send(ctx, sessionId, 'hello')
+  const { run, message } = await sendAndWait(ctx, sessionId, 'hello')
   t.match(run, { status: 'completed', error: null })
   t.equal(message.content, 'fits now')
   t.equal(calls, 2, 'asked again after compacting harder (a short history has nothing to compact)')
   t.notOk((await eventsOf(ctx, sessionId, run.id)).some((e) => e.type === 'error'))
 
-  const refused = await send(ctx, sessionId, 'again')
+  const refused = await sendAndWait(ctx, sessionId, 'again')
   t.match(refused.run, {
     status: 'failed', error: { code: 'CONTEXT_LENGTH_EXCEEDED', errorType: 'runtime', fatal: true, detail: { status: 400, providerType: 'exceed_context_size_error' } }
   })
@@ -72,7 +61,7 @@ t.test('context-length refusals as xAI and TGI-based hosts (Together, Hugging Fa
       errorAnswer(res, status, body)
     })
     const sessionId = await createSession(ctx)
-    const { run } = await send(ctx, sessionId, 'hello')
+    const { run } = await sendAndWait(ctx, sessionId, 'hello')
     t.match(run, { status: 'failed', error: { code: 'CONTEXT_LENGTH_EXCEEDED', errorType: 'runtime', fatal: true, detail: { status } } }, provider)
     t.equal(calls, 2, `${provider}: compacted harder and asked once more`)
   }
@@ -95,12 +84,12 @@ t.test('an error inside a stream that names its HTTP status in `code` is classif
   })
   const sessionId = await createSession(ctx)
   for (const code of ['SERVER_ERROR', 'RATE_LIMITED']) {
-    const { run, message } = await send(ctx, sessionId, code)
+    const { run, message } = await sendAndWait(ctx, sessionId, code)
     t.match(run, { status: 'completed' }, `${code} was retried`)
     t.equal(message.content, 'after the retry')
     t.match((await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code }])
   }
-  const { run } = await send(ctx, sessionId, 'bad key')
+  const { run } = await sendAndWait(ctx, sessionId, 'bad key')
   t.match(run, { status: 'failed', error: { code: 'AUTHENTICATION_ERROR', retryable: false, fatal: true, message: /Invalid API key/ } })
   t.notOk((await eventsOf(ctx, sessionId, run.id)).some((e) => e.type === 'model_retry'))
   t.equal(calls, 5)
@@ -117,8 +106,8 @@ t.test('compaction never cuts a character in half: every request stays valid Uni
     textAnswer(res, summarising ? 'The user sent a long row of smileys.' : 'ok')
   })
   const sessionId = await createSession(ctx, { model: 'deepseek-chat', tools: [], limits: { contextTokens: 5000 } })
-  t.equal((await send(ctx, sessionId, `x${'😀'.repeat(2500)}`)).run.status, 'completed')
-  const { run } = await send(ctx, sessionId, 'and now? '.repeat(700))
+  t.equal((await sendAndWait(ctx, sessionId, `x${'😀'.repeat(2500)}`)).run.status, 'completed')
+  const { run } = await sendAndWait(ctx, sessionId, 'and now? '.repeat(700))
   t.match(run, { status: 'completed', error: null })
   const events = await eventsOf(ctx, sessionId, run.id)
   t.notOk(events.some((e) => e.type === 'error'), 'no warning: the summary was written')
@@ -141,8 +130,8 @@ t.test('the summary of an OpenAI reasoning model\'s session asks for max_complet
   const words = (tag: string) => `${tag}: ${'the quick brown fox jumps over the lazy dog '.repeat(100)}`
   for (const model of ['gpt-5-mini', 'o4-mini']) {
     const sessionId = await createSession(ctx, { model, tools: [], limits: { contextTokens: 1500 } })
-    t.equal((await send(ctx, sessionId, words('first'))).run.status, 'completed')
-    const { run } = await send(ctx, sessionId, words('second'))
+    t.equal((await sendAndWait(ctx, sessionId, words('first'))).run.status, 'completed')
+    const { run } = await sendAndWait(ctx, sessionId, words('second'))
     t.match(run, { status: 'completed', error: null })
     const events = await eventsOf(ctx, sessionId, run.id)
     t.notOk(events.some((e) => e.type === 'error'), `${model}: no SUMMARY_FAILED warning`)
@@ -165,7 +154,7 @@ t.test('a refusal is the answer\'s text: streamed, stored and returned like any 
     res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal }, finish_reason: 'stop' }] }))
   })
   const sessionId = await createSession(ctx)
-  const { run, message } = await send(ctx, sessionId, 'something it refuses')
+  const { run, message } = await sendAndWait(ctx, sessionId, 'something it refuses')
   t.match(run, { status: 'completed', error: null })
   t.equal(message.content, refusal)
   const events = await eventsOf(ctx, sessionId, run.id)
@@ -173,7 +162,7 @@ t.test('a refusal is the answer\'s text: streamed, stored and returned like any 
   t.match(events.find((e) => e.type === 'text_chunk_end')?.data, { text: refusal })
   const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
   t.match(stored.at(-1), { role: 'assistant', content: refusal })
-  t.equal((await send(ctx, sessionId, 'again')).message.content, refusal, 'the same in a whole completion')
+  t.equal((await sendAndWait(ctx, sessionId, 'again')).message.content, refusal, 'the same in a whole completion')
 })
 
 t.test('[DONE] without a finish_reason ends the answer; a body that ends with neither was cut short and is retried before its first token', async (t) => {
@@ -189,16 +178,16 @@ t.test('[DONE] without a finish_reason ends the answer; a body that ends with ne
   const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
   const sessionId = await createSession(ctx)
 
-  const whole = await send(ctx, sessionId, 'one')
+  const whole = await sendAndWait(ctx, sessionId, 'one')
   t.match(whole.run, { status: 'completed', error: null })
   t.equal(whole.message.content, 'Whole answer.')
 
-  const retried = await send(ctx, sessionId, 'two')
+  const retried = await sendAndWait(ctx, sessionId, 'two')
   t.match(retried.run, { status: 'completed', error: null })
   t.equal(retried.message.content, 'asked again')
   t.match((await eventsOf(ctx, sessionId, retried.run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'NETWORK_ERROR' }])
 
-  const cut = await send(ctx, sessionId, 'three')
+  const cut = await sendAndWait(ctx, sessionId, 'three')
   t.match(cut.run, { status: 'failed', error: { code: 'NETWORK_ERROR', errorType: 'runtime', fatal: true, detail: { reason: 'stream_ended_early' } } })
   const events = await eventsOf(ctx, sessionId, cut.run.id)
   t.notOk(events.some((e) => e.type === 'model_retry'), 'not retried once text was shown: it would be repeated')
@@ -231,7 +220,7 @@ t.test('a tool call whose arguments are not a JSON object is sent back as {}: se
     textAnswer(res, 'I will send whole arguments next time.')
   })
   const sessionId = await createSession(ctx, { tools: ['fs_read'] })
-  const { run, message } = await send(ctx, sessionId, 'read a.txt')
+  const { run, message } = await sendAndWait(ctx, sessionId, 'read a.txt')
   t.match(run, { status: 'completed', error: null, steps: 2 })
   t.equal(message.content, 'I will send whole arguments next time.')
   const events = await eventsOf(ctx, sessionId, run.id)
@@ -240,7 +229,7 @@ t.test('a tool call whose arguments are not a JSON object is sent back as {}: se
   t.match(sent, { tool_calls: [{ function: { name: 'fs_read', arguments: '{}' } }] })
   const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
   t.match(stored[1], { role: 'assistant', toolCalls: [{ name: 'fs_read', arguments: '{"path": "a.txt"' }] }, 'the stored call keeps what the model sent')
-  t.equal((await send(ctx, sessionId, 'and again')).run.status, 'completed', 'the session goes on')
+  t.equal((await sendAndWait(ctx, sessionId, 'and again')).run.status, 'completed', 'the session goes on')
 })
 
 t.test('a Retry-After sent twice ("1, 1" once joined) waits its seconds; one that is neither seconds nor an HTTP date is ignored', async (t) => {
@@ -257,11 +246,11 @@ t.test('a Retry-After sent twice ("1, 1" once joined) waits its seconds; one tha
   ]
   const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
   const sessionId = await createSession(ctx)
-  const first = await send(ctx, sessionId, 'one')
+  const first = await sendAndWait(ctx, sessionId, 'one')
   t.equal(first.message.content, 'waited')
   t.match((await eventsOf(ctx, sessionId, first.run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'RATE_LIMITED', status: 429, delayMs: 1000 }])
   t.ok(Date.parse(first.run.endedAt) - Date.parse(first.run.startedAt) >= 1000, 'the retry waited the second it was asked to')
-  const second = await send(ctx, sessionId, 'two')
+  const second = await sendAndWait(ctx, sessionId, 'two')
   t.match(second.run, { status: 'completed', error: null })
   t.equal(second.message?.content, 'backed off')
   const retry = (await eventsOf(ctx, sessionId, second.run.id)).find((e) => e.type === 'model_retry')
@@ -292,7 +281,7 @@ t.test('parallel tool calls that share a stream index but not an ID stay apart, 
   })
   const sessionId = await createSession(ctx, { tools: ['fs_list', 'fs_glob'] })
   for (const [content, names] of [['parallel', ['fs_list', 'fs_glob']], ['late id', ['fs_list']]] as const) {
-    const { run } = await send(ctx, sessionId, content)
+    const { run } = await sendAndWait(ctx, sessionId, content)
     t.match(run, { status: 'completed', error: null, steps: 2 }, content)
     const events = await eventsOf(ctx, sessionId, run.id)
     t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.state]), names.map((name) => [name, 'completed']), `${content}: each call ran`)
@@ -307,7 +296,7 @@ t.test('[DONE] with no chunk before it is no answer: the call is asked again, no
   const answers: Array<(res: Parameters<ModelAnswer>[0]) => void> = [(res) => streamOf(res, '[DONE]'), (res) => textAnswer(res, 'a real answer')]
   const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
   const sessionId = await createSession(ctx)
-  const { run, message } = await send(ctx, sessionId, 'hello')
+  const { run, message } = await sendAndWait(ctx, sessionId, 'hello')
   t.match(run, { status: 'completed', error: null })
   t.equal(message.content, 'a real answer')
   t.match((await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'model_retry').map((e) => e.data), [{ attempt: 1, code: 'NETWORK_ERROR' }])
@@ -331,7 +320,7 @@ t.test('an error answer with a body without end is read no further than 1 MiB, a
     res.end()
   })
   const sessionId = await createSession(ctx)
-  const { run } = await send(ctx, sessionId, 'hello')
+  const { run } = await sendAndWait(ctx, sessionId, 'hello')
   t.match(run, { status: 'failed', error: { code: 'SERVER_ERROR', retryable: true, fatal: true, message: /^The model provider answered 500: 500 <p>x+/ } })
   t.ok(run.error.message.length < 1200, `the message holds ${run.error.message.length} characters`)
   t.ok(run.error.detail.providerMessage.length <= 1025, 'and so does detail.providerMessage')
@@ -351,7 +340,7 @@ t.test('a context-length error after text was streamed fails the run: the harder
       JSON.stringify({ error: { message: "This model's maximum context length is 4096 tokens.", type: 'invalid_request_error', code: 'context_length_exceeded' } }))
   })
   const sessionId = await createSession(ctx)
-  const { run } = await send(ctx, sessionId, 'hello')
+  const { run } = await sendAndWait(ctx, sessionId, 'hello')
   t.match(run, { status: 'failed', error: { code: 'CONTEXT_LENGTH_EXCEEDED', fatal: true } })
   t.equal(calls, 1, 'not asked again')
   const events = await eventsOf(ctx, sessionId, run.id)

@@ -4,22 +4,32 @@ import { startDevModel } from '../../src/model/dev-model.ts'
 import { SqliteStore } from '../../src/store/sqlite.ts'
 import { DEFAULT_TENANT } from '../../src/http/auth.ts'
 import { testSession } from '../store/contract.ts'
-import { tempDir } from '../helpers/app.ts'
+import { tempDir, type TapTest } from '../helpers/app.ts'
 import { readSse } from '../helpers/sse.ts'
 import { startServer, until } from '../helpers/server-process.ts'
 
-t.test('SIGTERM drains: readiness 503, new POSTs 503, active runs get the grace period, streams end, exit 0', async (t) => {
+
+/** A dev model and the environment of an agentd on a file of its own, with this grace period. */
+async function drainSetup(t: TapTest, graceMs: number) {
   const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
   t.teardown(() => devModel.close())
   const dir = tempDir(t)
   const env = {
     AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
-    AGENTD_SHUTDOWN_GRACE_MS: '1500'
+    AGENTD_SHUTDOWN_GRACE_MS: String(graceMs)
   }
+  return { devModel, env }
+}
+
+/** POSTs JSON to a server. */
+const poster = (url: string) => (path: string, body: unknown) =>
+  fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+t.test('SIGTERM drains: readiness 503, new POSTs 503, active runs get the grace period, streams end, exit 0', async (t) => {
+  const { devModel, env } = await drainSetup(t, 1500)
   const server = await startServer(env)
   t.teardown(() => server.child.kill('SIGKILL'))
-  const post = (path: string, body: unknown) =>
-    fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const post = poster(server.url)
 
   const session = (await (await post('/v1/sessions', { tools: [] })).json()) as { id: string }
   const finishing = (await (await post('/v1/sessions', { tools: [] })).json()) as { id: string }
@@ -57,13 +67,8 @@ t.test('SIGTERM drains: readiness 503, new POSTs 503, active runs get the grace 
 })
 
 t.test('a second signal exits at once', async (t) => {
-  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
-  t.teardown(() => devModel.close())
-  const dir = tempDir(t)
-  const server = await startServer({
-    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
-    AGENTD_SHUTDOWN_GRACE_MS: '30000'
-  })
+  const { devModel, env } = await drainSetup(t, 30000)
+  const server = await startServer(env)
   t.teardown(() => server.child.kill('SIGKILL'))
   const session = (await (await fetch(`${server.url}/v1/sessions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"tools":[]}' })).json()) as { id: string }
   devModel.script({ hang: true })
@@ -78,17 +83,10 @@ t.test('a second signal exits at once', async (t) => {
 })
 
 t.test('during the drain, a run waiting for an approval or a client tool can still be answered, and finishes within the grace period', async (t) => {
-  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
-  t.teardown(() => devModel.close())
-  const dir = tempDir(t)
-  const env = {
-    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
-    AGENTD_SHUTDOWN_GRACE_MS: '20000'
-  }
+  const { devModel, env } = await drainSetup(t, 20000)
   const server = await startServer(env)
   t.teardown(() => server.child.kill('SIGKILL'))
-  const post = (path: string, body: unknown) =>
-    fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const post = poster(server.url)
   const client = { type: 'client', name: 'ask_user', description: 'Asks the user', parameters: { type: 'object', properties: {} } }
   const approving = (await (await post('/v1/sessions', { tools: ['fs_write'], approval: { mode: 'always' } })).json()) as { id: string }
   const asking = (await (await post('/v1/sessions', { tools: [client] })).json()) as { id: string }
@@ -121,13 +119,7 @@ t.test('during the drain, a run waiting for an approval or a client tool can sti
 })
 
 t.test('SIGTERM while a request is answered (a long session being deleted): the answer is sent, and the process still stops cleanly', async (t) => {
-  const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
-  t.teardown(() => devModel.close())
-  const dir = tempDir(t)
-  const env = {
-    AGENTD_DB: join(dir, 'agentd.db'), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
-    AGENTD_SHUTDOWN_GRACE_MS: '1000'
-  }
+  const { devModel, env } = await drainSetup(t, 1000)
   // A session of 100 000 events, whose deletion takes a good part of a second.
   const id = 'ses_01M8F16NZ2C61VSBXA1T8WVTHE'
   const store = new SqliteStore(env.AGENTD_DB)

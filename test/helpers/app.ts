@@ -68,3 +68,16 @@ export async function listen(app: FastifyInstance): Promise<string> {
   if (!address || typeof address === 'string') throw new Error('no address')
   return `http://127.0.0.1:${address.port}`
 }
+
+/** Creates a session through the API (no tools unless given) and returns its id. */
+export async function createSession(ctx: TestApp, body: object = { tools: [] }): Promise<string> {
+  const res = await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: body })
+  if (res.statusCode !== 201) throw new Error(`session not created: ${res.body}`)
+  return res.json().id
+}
+
+/** Posts a message with ?wait=true and returns the answer's body: the finished run and the assistant message. */
+export async function sendAndWait(ctx: TestApp, sessionId: string, content: string) {
+  const res = await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content } })
+  return res.json()
+}

@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { buildTestApp, type TestApp } from '../../helpers/app.ts'
+import { buildTestApp, createSession, sendAndWait, type TestApp } from '../../helpers/app.ts'
 import { undocumentedEvents } from '../../helpers/event-document.ts'
 import type { StreamedEvent } from '../../helpers/sse.ts'
 
@@ -10,17 +10,6 @@ type Sent = { role: string; content: string | null; tool_calls?: Array<{ id: str
 const sentence = 'the quick brown fox jumps over the lazy dog and then '
 /** About `n` tokens of plain English (one token a word for OpenAI's tokenizers), tagged so it can be found again. */
 const prose = (tag: string, n: number) => `${tag}: ${sentence.repeat(Math.ceil(n / 11))}`.trim()
-
-async function createSession(ctx: TestApp, body: object): Promise<string> {
-  const res = await ctx.app.inject({ method: 'POST', url: '/v1/sessions', payload: body })
-  if (res.statusCode !== 201) throw new Error(`session not created: ${res.body}`)
-  return res.json().id
-}
-
-async function send(ctx: TestApp, sessionId: string, content: string) {
-  const res = await ctx.app.inject({ method: 'POST', url: `/v1/sessions/${sessionId}/messages?wait=true`, payload: { content } })
-  return res.json()
-}
 
 async function eventsOf(ctx: TestApp, sessionId: string): Promise<StreamedEvent[]> {
   const events: StreamedEvent[] = []
@@ -60,7 +49,7 @@ t.test('a session driven past ten times its window keeps answering, with summari
   const sessionId = await createSession(ctx, { instructions: 'Answer briefly.', tools: [], limits: { contextTokens: 1500 } })
   const turns = 40
   for (let i = 0; i < turns; i++) {
-    const { run, message } = await send(ctx, sessionId, prose(`turn ${i}`, 200))
+    const { run, message } = await sendAndWait(ctx, sessionId, prose(`turn ${i}`, 200))
     t.equal(run.status, 'completed', `turn ${i} completes`)
     t.match(message.content, new RegExp(`^You said: turn ${i}:`), `turn ${i} is answered`)
   }
@@ -106,7 +95,7 @@ t.test('a session driven past ten times its window keeps answering, with summari
   const forked = await messagesOf(ctx, fork.id)
   t.same(forked.map((m) => [m.role, m.replacesMessages]), messages.map((m) => [m.role, m.replacesMessages]), 'a fork keeps the summaries and what they stand for')
   const before = ctx.devModel.requests.length
-  t.equal((await send(ctx, fork.id, 'short')).run.status, 'completed')
+  t.equal((await sendAndWait(ctx, fork.id, 'short')).run.status, 'completed')
   const forkRequests = ctx.devModel.requests.slice(before).map((r) => r.body.messages as Sent[])
   t.equal(forkRequests.length, 1, 'the fork reuses the stored summary instead of summarising again')
   t.equal(forkRequests[0]?.[1]?.content, last[1]?.content)
@@ -116,10 +105,10 @@ t.test('when the summary call fails, the run truncates instead, says so in a mon
   const ctx = await buildTestApp(t)
   ctx.devModel.setContextLimit(2400)
   const sessionId = await createSession(ctx, { tools: [], limits: { contextTokens: 1500 } })
-  for (let i = 0; i < 2; i++) t.equal((await send(ctx, sessionId, prose(`early ${i}`, 250))).run.status, 'completed')
+  for (let i = 0; i < 2; i++) t.equal((await sendAndWait(ctx, sessionId, prose(`early ${i}`, 250))).run.status, 'completed')
 
   ctx.devModel.script({ status: 500 })
-  const { run, message } = await send(ctx, sessionId, prose('late', 700))
+  const { run, message } = await sendAndWait(ctx, sessionId, prose('late', 700))
   t.equal(run.status, 'completed', 'the run goes on')
   t.match(message.content, /^You said: late:/)
 
@@ -138,7 +127,7 @@ t.test('when the summary call fails, the run truncates instead, says so in a mon
   t.match(sent.at(-1), { role: 'user', content: /^late:/ })
   t.notOk((await messagesOf(ctx, sessionId)).some((m) => m.role === 'summary'), 'a truncation is not stored')
 
-  const next = await send(ctx, sessionId, prose('later', 700))
+  const next = await sendAndWait(ctx, sessionId, prose('later', 700))
   t.equal(next.run.status, 'completed')
   t.ok((await messagesOf(ctx, sessionId)).some((m) => m.role === 'summary'), 'the next compaction summarises again')
 })
@@ -152,7 +141,7 @@ t.test('large tool outputs are cut before anything is summarised, and a tool cal
   writeFileSync(join(workspace, 'big.txt'), prose('big file', 1500))
   writeFileSync(join(workspace, 'small.txt'), 'a small file')
   for (let i = 0; i < 12; i++) {
-    const { run } = await send(ctx, sessionId, `round ${i}: call fs_read {"path":"big.txt"} call fs_read {"path":"small.txt"}`)
+    const { run } = await sendAndWait(ctx, sessionId, `round ${i}: call fs_read {"path":"big.txt"} call fs_read {"path":"small.txt"}`)
     t.equal(run.status, 'completed', `round ${i} completes`)
   }
 
@@ -174,10 +163,10 @@ t.test('when the provider still refuses the request as too long, the loop compac
   const ctx = await buildTestApp(t)
   // The dev model counts about 1.2 of its tokens per word here; the budget counts one.
   const sessionId = await createSession(ctx, { tools: [], limits: { contextTokens: 3000 } })
-  for (let i = 0; i < 5; i++) t.equal((await send(ctx, sessionId, prose(`part ${i}`, 250))).run.status, 'completed')
+  for (let i = 0; i < 5; i++) t.equal((await sendAndWait(ctx, sessionId, prose(`part ${i}`, 250))).run.status, 'completed')
   ctx.devModel.setContextLimit(3200)
 
-  const { run } = await send(ctx, sessionId, prose('final', 250))
+  const { run } = await sendAndWait(ctx, sessionId, prose('final', 250))
   t.equal(run.status, 'completed')
   const requests = ctx.devModel.requests.map((r) => r.body.messages as Sent[])
   t.ok(requests.at(-3)?.some((m) => m.content?.startsWith('part 0:')), 'the first attempt sent the whole history')
@@ -192,7 +181,7 @@ t.test('when even the harder compaction is refused, the run fails with CONTEXT_L
   const ctx = await buildTestApp(t)
   ctx.devModel.setContextLimit(100)
   const sessionId = await createSession(ctx, { tools: [], limits: { contextTokens: 5000 } })
-  const { run } = await send(ctx, sessionId, prose('too long for this model', 400))
+  const { run } = await sendAndWait(ctx, sessionId, prose('too long for this model', 400))
   t.equal(run.status, 'failed')
   t.match(run.error, { code: 'CONTEXT_LENGTH_EXCEEDED', errorType: 'runtime', fatal: true })
   t.ok(run.error.recommendations.some((r: string) => /limits\.contextTokens/.test(r)), 'recommends lowering limits.contextTokens')
