@@ -12,6 +12,7 @@ import { answerOutcome, createConcurrencyLimiter, runTool } from './runtime.ts'
 import type { ExecuteTool, SessionTool, SessionToolSet } from './tool-set.ts'
 import { createWebhookDispatcher } from './webhook.ts'
 import { ensureWorkspace, removeWorkspace } from './workspace.ts'
+import { wholeCharEnd } from '../whole-chars.ts'
 
 /** A tool selection the server cannot honour (unknown name, host not allowed, bad schema). */
 export class ToolSelectionError extends Error {
@@ -242,8 +243,5 @@ const MAX_MODEL_DESCRIPTION = 1024
 /** A description as the model gets it: cut to MAX_MODEL_DESCRIPTION UTF-16 units with "…", never inside a surrogate pair. GET /v1/tools shows it whole. */
 function modelDescription(description: string): string {
   if (description.length <= MAX_MODEL_DESCRIPTION) return description
-  let end = MAX_MODEL_DESCRIPTION - 1
-  const last = description.charCodeAt(end - 1)
-  if (last >= 0xd800 && last <= 0xdbff) end--
-  return `${description.slice(0, end)}…`
+  return `${description.slice(0, wholeCharEnd(description, MAX_MODEL_DESCRIPTION - 1))}…`
 }

@@ -2,6 +2,7 @@ import type { ChatCompletionMessageParam } from 'openai/resources/chat/completio
 import type { MessageRecord } from '../../store/store.ts'
 import { toChatMessage } from '../conversation.ts'
 import { chatMessageTokens, MESSAGE_OVERHEAD, REPLY_PRIMING, type TokenCounter } from './token-counter.ts'
+import { wholeCharEnd } from '../../whole-chars.ts'
 
 /**
  * Messages that reach the model together or not at all: a user message, an assistant answer, or
@@ -207,15 +208,8 @@ export function cutText(text: string, tokens: number, maxTokens: number, note: s
   return `${sliceWhole(text, keep)}\n${note}`
 }
 
-/**
- * The first `end` UTF-16 units of the text, one fewer when that would keep half of a character
- * (emoji and others outside the BMP are two): a lone surrogate is sent as a `\ud83d` escape,
- * which strict JSON parsers (DeepSeek's, Anthropic's) refuse as invalid Unicode.
- */
-function sliceWhole(text: string, end: number): string {
-  const last = text.charCodeAt(end - 1)
-  return text.slice(0, last >= 0xd800 && last <= 0xdbff ? end - 1 : end)
-}
+/** The first `end` UTF-16 units of the text, one fewer when that would keep half of a character (DeepSeek's and Anthropic's parsers refuse a lone one). */
+const sliceWhole = (text: string, end: number): string => text.slice(0, wholeCharEnd(text, end))
 
 function droppedStepsNote(count: number): ChatCompletionMessageParam {
   return {

@@ -1,6 +1,7 @@
 import { setImmediate } from 'node:timers/promises'
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions'
 import { toolsJson } from '../../model/request-json.ts'
+import { wholeCharEnd } from '../../whole-chars.ts'
 
 /** Counts tokens of text the way one model family does, or estimates them. */
 export interface TokenCounter {
@@ -95,8 +96,7 @@ function pieceEnd(text: string, at: number, maxChars: number): number {
     const c = text.charCodeAt(i)
     if (c === 0x20 || c === 0x0a) return i
   }
-  const last = text.charCodeAt(end - 1)
-  return last >= 0xd800 && last <= 0xdbff ? end - 1 : end
+  return wholeCharEnd(text, end)
 }
 
 /**
