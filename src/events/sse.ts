@@ -346,7 +346,7 @@ class EventStream implements OpenEventStream {
       // the session up (a deletion after that ends it). Only when nothing is left to replay: a
       // deletion removes the events before the session, and a run's own stream always has some.
       const first = await this.#page()
-      if (first.length === 0 && !(await this.#store.getSessionById(this.#sessionId))) return this.end('session deleted')
+      if (first.length === 0 && !(await this.#store.hasSession(this.#sessionId))) return this.end('session deleted')
       for (let page = first; ; page = await this.#page()) {
         // Replay is read at the reader's pace: it waits for the socket to drain instead of
         // dropping a reader that reconnects with a large backlog (a dropped reader would come

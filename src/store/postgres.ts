@@ -289,6 +289,11 @@ export class PostgresStore implements Store {
     return rows[0] ? toSession(rows[0]) : null
   }
 
+  async hasSession(id: string): Promise<boolean> {
+    const { rows } = await this.#query('SELECT 1 FROM sessions WHERE id = $1', [id])
+    return rows.length > 0
+  }
+
   async listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]> {
     const { rows } = options.before
       ? await this.#query('SELECT * FROM sessions WHERE tenant = $1 AND id < $2 ORDER BY id DESC LIMIT $3', [tenant, options.before, options.limit])

@@ -156,6 +156,7 @@ class HotStatements {
   readonly lastSeq: StatementSync
   readonly session: StatementSync
   readonly sessionById: StatementSync
+  readonly sessionExists: StatementSync
   readonly countSessions: StatementSync
   readonly eventsAfter: StatementSync
   readonly messages: StatementSync
@@ -191,6 +192,7 @@ class HotStatements {
     this.lastSeq = db.prepare(`SELECT ${LAST_SEQ} AS last_seq FROM sessions s WHERE id = ?`)
     this.session = db.prepare(`${SELECT_SESSION} WHERE id = ? AND tenant = ?`)
     this.sessionById = db.prepare(`${SELECT_SESSION} WHERE id = ?`)
+    this.sessionExists = db.prepare('SELECT 1 FROM sessions WHERE id = ?')
     this.countSessions = db.prepare('SELECT sessions FROM tenant_stats WHERE tenant = ?')
     this.eventsAfter = db.prepare('SELECT * FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?')
     this.messages = db.prepare('SELECT * FROM messages WHERE session_id = ? ORDER BY pos')
@@ -731,6 +733,10 @@ export class SqliteStore implements Store {
   async getSessionById(id: string): Promise<SessionRecord | null> {
     const row = this.#hot.sessionById.get(id) as Row | undefined
     return row ? toSession(row) : null
+  }
+
+  async hasSession(id: string): Promise<boolean> {
+    return this.#hot.sessionExists.get(id) !== undefined
   }
 
   async listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]> {

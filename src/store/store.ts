@@ -36,6 +36,8 @@ export interface Store {
   getSession(tenant: string, id: string): Promise<SessionRecord | null>
   /** A session whatever its tenant: for the service's own work (recovery), never for a request. */
   getSessionById(id: string): Promise<SessionRecord | null>
+  /** Whether getSessionById would find it, without reading the row (a stream asks for every run). */
+  hasSession(id: string): Promise<boolean>
   /** Newest first; `before` is the ID of the last session of the previous page. */
   listSessions(tenant: string, options: { limit: number; before?: string }): Promise<SessionRecord[]>
   countSessions(tenant: string): Promise<number>
