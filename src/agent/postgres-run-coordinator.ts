@@ -95,9 +95,9 @@ export class PostgresRunCoordinator implements RunCoordinator {
         })
       }
       await client.query(`INSERT INTO runs (id, session_id, tenant, status, request_id, steps, usage, error, message_id, input, created_at,
-          started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+          started_at, ended_at, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
       [run.id, run.sessionId, session.tenant, run.status, run.requestId, run.steps, JSON.stringify(run.usage), JSON.stringify(run.error),
-        run.messageId, run.input, run.createdAt, run.startedAt, run.endedAt])
+        run.messageId, run.input, run.createdAt, run.startedAt, run.endedAt, run.traceparent ?? null])
       // Then the tenant's count, this run included, taken once the tenant's lock is held: each
       // admission on every process counts every one that held the lock before it and committed,
       // and holds the lock only for this count and its commit. (Counted without the lock below

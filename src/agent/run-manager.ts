@@ -65,11 +65,6 @@ export class RunManager {
   /** For a run's end (RunDependencies.othersRunning): whether runs besides it execute here. */
   readonly #othersRunning = (): boolean => this.#executions.size > 1
   /**
-   * The W3C traceparent of the request that submitted each run this process accepted, until the
-   * run starts: its span continues that trace after the 202. A run a peer accepted starts a trace of its own.
-   */
-  readonly #traceparents = new Map<string, string>()
-  /**
    * The session a run was submitted with, while its submission is under way. A run that starts
    * straight away (its session was free) starts from it instead of reading the session again;
    * submit() forgets it once admission is over, so a run that waited in the queue, or that a peer
@@ -96,11 +91,6 @@ export class RunManager {
     return this.#executions.size
   }
 
-  /** Traceparents held for runs accepted here that have not started yet (tests check that none outlives its run). */
-  get heldTraceparents(): number {
-    return this.#traceparents.size
-  }
-
   /** Accepts a user message as a new run (per onBusy), which starts when its session is free. */
   async submit(input: {
     session: SessionRecord; content: string; onBusy: OnBusy; requestId: string; traceparent?: string | undefined
@@ -112,15 +102,15 @@ export class RunManager {
     }
     const record: RunRecord = {
       id: newId('run'), sessionId: session.id, status: 'queued', requestId: input.requestId, steps: 0, usage: emptyUsage(),
-      error: null, messageId: message.id, input: input.content, createdAt, startedAt: null, endedAt: null
+      error: null, messageId: message.id, input: input.content, createdAt, startedAt: null, endedAt: null,
+      // Stored with the run: whichever process starts it continues the request's trace after the 202.
+      ...(input.traceparent ? { traceparent: input.traceparent } : {})
     }
     message.runId = record.id
-    if (input.traceparent) this.#traceparents.set(record.id, input.traceparent)
     this.#submitted.set(record.id, session)
     const cancellation = await this.#options.coordinator.admit(session, { ...record }, input.onBusy, this.#options.maxActiveRunsPerTenant)
       .catch((err: unknown) => {
         // Deleted between the route's lookup and the run's insert: the session is gone, not broken.
-        this.#traceparents.delete(record.id)
         if (isSessionGone(err)) throw new AgentError('SESSION_NOT_FOUND', `No session ${session.id}`)
         throw err
       })
@@ -226,8 +216,6 @@ export class RunManager {
 
   /** Records a run that never started as cancelled (done: interrupted). */
   async #endQueued(run: RunRecord, tenant?: string): Promise<RunRecord> {
-    // It will never start, so nothing will take its traceparent.
-    this.#traceparents.delete(run.id)
     const endedAt = new Date().toISOString()
     const ended: RunRecord = { ...run, status: 'cancelled', endedAt }
     try {
@@ -315,8 +303,6 @@ export class RunManager {
   ): Promise<{ run: RunRecord; tenant: string | null; ended: boolean }> {
     const { store } = this.#options
     const signal = execution.controller.signal
-    const traceparent = this.#traceparents.get(record.id)
-    this.#traceparents.delete(record.id)
     // Cancelled while it waited for its turn (a later message interrupted): it ends without starting.
     if (signal.aborted) return { run: await this.#endQueued(record), tenant: null, ended: true }
     let tenant: string | null = null
@@ -327,7 +313,7 @@ export class RunManager {
       // Deleted while it was queued: nothing to run and nothing to record.
       if (!session) return { run: { ...record, status: 'cancelled', endedAt: new Date().toISOString() }, tenant: null, ended: true }
       tenant = session.tenant
-      const trace = this.#options.tracing.startRun(record, session, traceparent)
+      const trace = this.#options.tracing.startRun(record, session, record.traceparent)
       const { tools, executeTool } = await this.#toolsOf(session, record).catch((err: unknown) => {
         trace.end({ ...record, status: 'failed' })
         throw err

@@ -170,5 +170,13 @@ export const postgresMigrations: Array<{ version: number; name: string; sql: str
     // holding its reads and writes meanwhile: ~6 s per million calls with 300-byte results
     // (measured on the test machine); longer results take longer.
     sql: 'ALTER TABLE tool_calls ALTER COLUMN duration_ms TYPE bigint;'
+  },
+  {
+    version: 5,
+    name: 'a run keeps the traceparent it was submitted with',
+    // A queued run accepted by one process and started by another continues its request's trace
+    // there (RunRecord.traceparent); the accepting process kept it in memory, where the other
+    // could not see it, and held it for good. Adding a nullable column rewrites nothing.
+    sql: 'ALTER TABLE runs ADD COLUMN traceparent text;'
   }
 ]

@@ -647,9 +647,12 @@ function prepareWrite(write: StoreWrite): PreparedWrite {
       const r = write.run
       return {
         kind: 'statement',
-        sql: `INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at, started_at, ended_at)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-        params: [r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt]
+        sql: `INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at, started_at, ended_at, traceparent)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+        params: [
+          r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt,
+          r.traceparent ?? null
+        ]
       }
     }
     case 'run':

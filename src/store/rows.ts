@@ -90,7 +90,8 @@ export function toRun(row: Row): RunRecord {
     input: String(row.input),
     createdAt: String(row.created_at),
     startedAt: (row.started_at as string | null) ?? null,
-    endedAt: (row.ended_at as string | null) ?? null
+    endedAt: (row.ended_at as string | null) ?? null,
+    ...(typeof row.traceparent === 'string' ? { traceparent: row.traceparent } : {})
   }
 }
 

@@ -168,5 +168,11 @@ export const sqliteMigrations: Array<{ version: number; name: string; sql: strin
     sql: `UPDATE sessions SET input_tokens = min(input_tokens, 9007199254740991), output_tokens = min(output_tokens, 9007199254740991),
         total_tokens = min(total_tokens, 9007199254740991)
       WHERE max(input_tokens, output_tokens, total_tokens) > 9007199254740991;`
+  },
+  {
+    version: 9,
+    name: 'a run keeps the traceparent it was submitted with',
+    // Whichever process starts a queued run continues its request's trace (RunRecord.traceparent).
+    sql: 'ALTER TABLE runs ADD COLUMN traceparent TEXT;'
   }
 ]

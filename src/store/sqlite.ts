@@ -180,7 +180,7 @@ class HotStatements {
     this.insertSession = db.prepare(INSERT_SESSION)
     this.insertMessage = db.prepare(INSERT_MESSAGE)
     this.insertRun = db.prepare(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
-      started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+      started_at, ended_at, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
     this.upsertToolCall = db.prepare(`INSERT INTO tool_calls (id, session_id, run_id, step, name, input, state, started_at, ended_at,
         duration_ms, result, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT (session_id, id) DO UPDATE SET input = excluded.input, state = excluded.state, ended_at = excluded.ended_at,
@@ -664,7 +664,8 @@ export class SqliteStore implements Store {
       case 'newRun': {
         const r = write.run
         const params: Param[] = [
-          r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt
+          r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt,
+          r.traceparent ?? null
         ]
         return () => {
           this.#hot.insertRun.run(...params)

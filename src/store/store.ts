@@ -251,6 +251,11 @@ export interface RunRecord {
   createdAt: string
   startedAt: string | null
   endedAt: string | null
+  /**
+   * The W3C traceparent of the request that submitted the run, when it had one: the process that
+   * starts the run, whichever it is, continues that trace. Never part of the API's view.
+   */
+  traceparent?: string
 }
 
 export type RunPatch = Partial<Pick<RunRecord, 'status' | 'steps' | 'usage' | 'error' | 'startedAt' | 'endedAt'>>
