@@ -1,4 +1,3 @@
-import { STATUS_CODES } from 'node:http'
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import type { Logger, LoggerOptions } from 'pino'
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
@@ -12,13 +11,13 @@ import { EventLog } from './events/event-log.ts'
 import { HookRunner } from './hooks/hooks.ts'
 import { newId } from './ids.ts'
 import { authPlugin } from './http/auth.ts'
-import { ApiError, errorEnvelopePlugin, sendApiError, validationError } from './http/errors.ts'
+import { ApiError, errorEnvelopePlugin, rawErrorAnswer, sendApiError, validationError } from './http/errors.ts'
 import { idempotencyPlugin } from './http/idempotency.ts'
 import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
-import { securityPlugin, setSecurityHeaders } from './http/security.ts'
+import { pathOf, securityHeaders, securityPlugin, setSecurityHeaders } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
 import { answeredOnSocket, traceLogMixin, traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
@@ -233,17 +232,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     schemaController: { compilersFactory: { buildValidator: buildValidators as unknown as ValidatorFactory } },
     routerOptions: { maxParamLength: 200 },
     // Node refuses some connections before there is a request (malformed HTTP, headers too large or
-    // too slow): Fastify's answers, with a request ID and a log line like every other answer.
+    // too slow): the error envelope (SPEC 5.2) like every other answer, 400 VALIDATION_ERROR, 431
+    // HEADERS_TOO_LARGE or 408 REQUEST_TIMEOUT, with a request ID, the security headers and a log line.
     clientErrorHandler: (err, socket) => {
       if (err.code === 'ECONNRESET' || socket.destroyed) return
-      const [status, message] = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? [408, 'Client Timeout']
-        : err.code === 'HPE_HEADER_OVERFLOW' ? [431, 'Exceeded maximum allowed HTTP header size'] : [400, 'Client Error']
+      const error = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? new ApiError('REQUEST_TIMEOUT', 'The request headers were not received in time')
+        : err.code === 'HPE_HEADER_OVERFLOW' ? new ApiError('HEADERS_TOO_LARGE')
+        : validationError([{ field: 'request', message: `is not a valid HTTP/1.1 request${err.code ? ` (${err.code})` : ''}`, keyword: 'http' }],
+          'The request could not be read as HTTP/1.1')
       const reqId = newId('req')
-      app.log.info({ reqId, res: { statusCode: status }, code: err.code }, 'request refused: it could not be read')
-      const body = JSON.stringify({ error: STATUS_CODES[status], message, statusCode: status })
-      if (socket.writable) {
-        socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Request-Id: ${reqId}\r\n\r\n${body}`)
-      }
+      app.log.info({ reqId, res: { statusCode: error.statusCode }, code: err.code }, 'request refused: it could not be read')
+      if (socket.writable) socket.write(rawErrorAnswer(error, reqId, securityHeaders('', config.hstsMaxAge)))
       socket.destroy(err)
     },
     // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
@@ -269,7 +268,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.removeContentTypeParser('text/plain')
 
   // Node's requestTimeout ends a request whose headers come too slowly, not one whose body does:
-  // a body gets the same time here, counted from its headers. Node's own 408 is sent the same way.
+  // a body gets the same time here, counted from its headers, and the same 408 REQUEST_TIMEOUT envelope.
   app.addHook('onRequest', async (request, reply) => {
     const raw = request.raw
     const length = raw.headers['content-length']
@@ -277,7 +276,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     const timer = setTimeout(() => {
       if (raw.complete || raw.socket.destroyed) return
       request.log.info({ requestTimeoutMs }, 'request body too slow: closing the connection')
-      raw.socket.end(`HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\nX-Request-Id: ${request.id}\r\n\r\n`)
+      const error = new ApiError('REQUEST_TIMEOUT', `The request body was not received within ${requestTimeoutMs} ms`)
+      raw.socket.end(rawErrorAnswer(error, request.id, securityHeaders(pathOf(request), config.hstsMaxAge)))
       raw.socket.destroySoon()
       answeredOnSocket(reply.code(408))
       answeredOutsideFastify(request, reply, reply.elapsedTime)

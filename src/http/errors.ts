@@ -1,3 +1,4 @@
+import { STATUS_CODES } from 'node:http'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { AgentError } from '../agent/agent-error.ts'
@@ -20,9 +21,11 @@ export const API_ERRORS = {
   NOT_AWAITING: { status: 409, retryable: false, message: 'That call is not waiting for this decision or result' },
   NO_ACTIVE_RUN: { status: 409, retryable: false, message: 'The session has no active run' },
   IDEMPOTENCY_IN_PROGRESS: { status: 409, retryable: true, message: 'A request with this Idempotency-Key is still being processed' },
+  REQUEST_TIMEOUT: { status: 408, retryable: true, message: 'The request was not received in time' },
   PAYLOAD_TOO_LARGE: { status: 413, retryable: false, message: 'The request body is too large' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, retryable: false, message: 'Send the body as application/json' },
   IDEMPOTENCY_KEY_REUSED: { status: 422, retryable: false, message: 'This Idempotency-Key was used with a different request' },
+  HEADERS_TOO_LARGE: { status: 431, retryable: false, message: 'The request headers are too large' },
   LIMIT_EXCEEDED: { status: 429, retryable: true, message: 'A limit of this tenant was reached' },
   RATE_LIMITED: { status: 429, retryable: true, message: 'Too many requests' },
   INTERNAL: { status: 500, retryable: true, message: 'Internal error' },
@@ -83,6 +86,24 @@ export function envelope(code: ApiErrorCode, message: string, requestId: string,
   }
   if (details) body.error.details = details
   return body
+}
+
+/**
+ * An error answer to write straight on a socket, for the answers given where Fastify has no reply to
+ * send it with (a request Node could not read, a body too slow): the same envelope, its request ID in
+ * X-Request-Id, and the connection closed after it. `headers` adds others (the security headers).
+ */
+export function rawErrorAnswer(error: ApiError, requestId: string, headers: Record<string, string> = {}): string {
+  const body = JSON.stringify(envelope(error.code, error.message, requestId, error.details))
+  const lines = [
+    `HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode] ?? 'Error'}`,
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    `X-Request-Id: ${requestId}`,
+    'Connection: close',
+    ...Object.entries({ ...error.headers, ...headers }).map(([name, value]) => `${name}: ${value}`)
+  ]
+  return `${lines.join('\r\n')}\r\n\r\n${body}`
 }
 
 /** Fastify's own error codes, by what they mean to a client. */

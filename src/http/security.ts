@@ -88,7 +88,7 @@ function loneSurrogatePath(value: unknown, path = 'body'): string | null {
   return null
 }
 
-const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
+export const pathOf = (request: FastifyRequest) => request.url.split('?')[0] ?? ''
 const isDocs = (path: string) => path === '/docs' || path.startsWith('/docs/')
 
 /**
@@ -159,12 +159,22 @@ export const securityPlugin = fp(
  * the router gives before any hook (a malformed URL) gets them from here too.
  */
 export function setSecurityHeaders(request: FastifyRequest, reply: FastifyReply, hstsMaxAge: number): void {
-  const path = pathOf(request)
-  reply.header('x-content-type-options', 'nosniff')
-  reply.header('referrer-policy', 'no-referrer')
-  reply.header('x-frame-options', 'DENY')
-  reply.header('content-security-policy', isDocs(path) ? DOCS_CSP : API_CSP)
+  for (const [name, value] of Object.entries(securityHeaders(pathOf(request), hstsMaxAge))) reply.header(name, value)
+}
+
+/**
+ * The security headers of an answer to `path`, for answers written on the socket (a request Node
+ * could not read has no path: '' gets the API's).
+ */
+export function securityHeaders(path: string, hstsMaxAge: number): Record<string, string> {
+  const headers: Record<string, string> = {
+    'x-content-type-options': 'nosniff',
+    'referrer-policy': 'no-referrer',
+    'x-frame-options': 'DENY',
+    'content-security-policy': isDocs(path) ? DOCS_CSP : API_CSP
+  }
   // Sessions, messages and events are private to a tenant: no cache may keep them.
-  if (path.startsWith('/v1/')) reply.header('cache-control', 'no-store')
-  if (hstsMaxAge > 0) reply.header('strict-transport-security', `max-age=${hstsMaxAge}`)
+  if (path.startsWith('/v1/')) headers['cache-control'] = 'no-store'
+  if (hstsMaxAge > 0) headers['strict-transport-security'] = `max-age=${hstsMaxAge}`
+  return headers
 }

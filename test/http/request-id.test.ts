@@ -1,6 +1,7 @@
 import { connect } from 'node:net'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { assertRawEnvelope } from '../helpers/raw-http.ts'
 
 const GENERATED = /^req_[0-9A-Z]{26}$/
 
@@ -65,4 +66,17 @@ t.test('a request Node cannot read (malformed, headers too large) is answered wi
     t.equal(logged.length, 1, `${status}: one log line names it`)
     t.equal(logged[0]?.res?.statusCode, Number(status), `${status}: with the status`)
   }
+})
+
+t.test('a request Node cannot read is answered with the error envelope (SPEC 5.2), not Fastify\'s own body', async (t) => {
+  const { app } = await buildTestApp(t)
+  const port = Number(new URL(await listen(app)).port)
+
+  const malformed = assertRawEnvelope(t, await rawExchange(port, 'NOT HTTP AT ALL\r\n\r\n'), 400, 'VALIDATION_ERROR', false)
+  t.match(malformed?.details, { fields: [{ field: 'request', keyword: 'http' }] }, 'a malformed request: VALIDATION_ERROR naming the request')
+  t.match(malformed?.requestId, GENERATED)
+
+  const tooLarge = assertRawEnvelope(t, await rawExchange(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
+    431, 'HEADERS_TOO_LARGE', false)
+  t.match(tooLarge?.requestId, GENERATED)
 })

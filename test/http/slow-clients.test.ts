@@ -1,6 +1,7 @@
 import { connect } from 'node:net'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
+import { assertRawEnvelope } from '../helpers/raw-http.ts'
 import { readSse } from '../helpers/sse.ts'
 
 /** Sends `head`, then one byte of `trickle` every 100 ms; resolves with what came back and when the server closed. */
@@ -64,6 +65,20 @@ t.test('the 408 of a body too slow carries the request ID, and is logged and cou
   const completed = logLines.map((line) => JSON.parse(line)).filter((line) => line.reqId === 'slow-body-1' && line.msg === 'request completed')
   t.equal(completed.length, 1, "one 'request completed' line")
   t.equal(completed[0]?.res?.statusCode, 408)
+})
+
+t.test('the 408s of headers and of a body too slow are the error envelope REQUEST_TIMEOUT (SPEC 5.2)', async (t) => {
+  const { app } = await buildTestApp(t, { app: { requestTimeoutMs: 300 } })
+  const port = Number(new URL(await listen(app)).port)
+
+  const slowHeaders = await trickle(port, 'GET /healthz HTTP/1.1\r\n', 'X-Slow: yes\r\n')
+  const headersError = assertRawEnvelope(t, slowHeaders.answer, 408, 'REQUEST_TIMEOUT', true)
+  t.match(headersError?.requestId, /^req_\w+$/, 'headers too slow: a generated request ID')
+
+  const slowBody = await trickle(port, 'POST /v1/sessions HTTP/1.1\r\nHost: x\r\nX-Request-Id: slow-env-1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{', ' ')
+  const bodyError = assertRawEnvelope(t, slowBody.answer, 408, 'REQUEST_TIMEOUT', true)
+  t.equal(bodyError?.requestId, 'slow-env-1', 'body too slow: the client\'s request ID')
+  t.match(slowBody.answer, /\r\ncache-control: no-store\r\n/i, 'a /v1 answer: not cached')
 })
 
 t.test('a client that leaves halfway through its body is not logged as a store failure', async (t) => {

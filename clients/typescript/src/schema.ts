@@ -292,7 +292,7 @@ export interface components {
                  * @description what went wrong; clients branch on this, never on message
                  * @enum {string}
                  */
-                code: "VALIDATION_ERROR" | "INVALID_JSON" | "UNAUTHORIZED" | "SESSION_NOT_FOUND" | "RUN_NOT_FOUND" | "ROUTE_NOT_FOUND" | "SESSION_BUSY" | "NOT_AWAITING" | "NO_ACTIVE_RUN" | "IDEMPOTENCY_IN_PROGRESS" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "IDEMPOTENCY_KEY_REUSED" | "LIMIT_EXCEEDED" | "RATE_LIMITED" | "INTERNAL" | "UNAVAILABLE";
+                code: "VALIDATION_ERROR" | "INVALID_JSON" | "UNAUTHORIZED" | "SESSION_NOT_FOUND" | "RUN_NOT_FOUND" | "ROUTE_NOT_FOUND" | "SESSION_BUSY" | "NOT_AWAITING" | "NO_ACTIVE_RUN" | "IDEMPOTENCY_IN_PROGRESS" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "IDEMPOTENCY_KEY_REUSED" | "HEADERS_TOO_LARGE" | "LIMIT_EXCEEDED" | "RATE_LIMITED" | "INTERNAL" | "UNAVAILABLE";
                 message: string;
                 details?: {
                     [key: string]: unknown;
