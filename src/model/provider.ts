@@ -191,9 +191,7 @@ class Answer {
         call = undefined
       }
       if (call === undefined) {
-        if (this.#calls.size === MAX_TOOL_CALLS) {
-          throw createModelError('INVALID_RESPONSE', `The model asked for more than ${MAX_TOOL_CALLS} tool calls in one answer; agentd runs at most ${MAX_TOOL_CALLS} at once.`)
-        }
+        if (this.#calls.size === MAX_TOOL_CALLS) throw tooManyToolCalls()
         call = { id: '', name: '', arguments: '' }
       }
       if (fragment.id) call.id = fragment.id
@@ -360,4 +358,24 @@ function answerTooLong(chars: number, chunks: number): ModelError {
   return createModelError('INVALID_RESPONSE',
     `The model's answer went past ${chunks > MAX_ANSWER_CHUNKS ? `${MAX_ANSWER_CHUNKS} chunks` : `${MAX_ANSWER_CHARS / 1024 / 1024} Mi characters`} ` +
     `(${chars} characters in ${chunks} chunks) without finishing: the server does not stop at its output limit`)
+}
+
+/**
+ * An answer that asks for more tool calls than one answer may (MAX_TOOL_CALLS). The server spoke
+ * the API; the model asked for too much at once (or repeated a call in a generation loop), so the
+ * advice is about the request, not the catalogue's about the streaming format. None of the calls
+ * is run; the call fails as soon as the one past the limit starts, so the total is not known.
+ */
+function tooManyToolCalls(): ModelError {
+  return createModelError('INVALID_RESPONSE',
+    `The model asked for more than ${MAX_TOOL_CALLS} tool calls in one answer (a call number ${MAX_TOOL_CALLS + 1} began); ` +
+    `agentd accepts at most ${MAX_TOOL_CALLS} per answer, so none of them was run`, {
+      errorType: 'logical',
+      detail: { reason: 'too_many_tool_calls', maxToolCalls: MAX_TOOL_CALLS },
+      recommendations: [
+        `Ask for the work in smaller batches: tell the model (in the message or the session's instructions) to make at most ${MAX_TOOL_CALLS} tool calls in one answer and to go on in the next step.`,
+        'If the model repeated one call over and over (a generation loop), send the message again, or use another model or a lower temperature.',
+        `The limit of ${MAX_TOOL_CALLS} calls per answer is fixed in agentd (MAX_TOOL_CALLS); the model server is not at fault, and neither is its configuration.`
+      ]
+    })
 }

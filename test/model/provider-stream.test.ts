@@ -221,13 +221,21 @@ t.test('a server that ignores stream: true and answers one chat completion is re
   })
 })
 
-t.test('an answer may ask for 128 tool calls; one more fails the call as INVALID_RESPONSE', async (t) => {
+t.test('an answer may ask for 128 tool calls; one more fails the call as INVALID_RESPONSE that says so, not as a streaming-format problem', async (t) => {
   // Before, any number ran: 20 000 calls of `{}` in one answer took 9 s and 500 MB of one process.
+  // Then the error's advice was the catalogue's, to check the server's streaming format, which has nothing to do with it.
   const fragments = (n: number) => Array.from({ length: n }, (_, i) => ({ index: i, id: `call_${i}`, type: 'function', function: { name: 'fs_list', arguments: '{}' } }))
   const answers = [128, 129].map((n) => [`data: ${chunk({ tool_calls: fragments(n) })}\n\n`, `data: ${chunk({}, 'tool_calls')}\n\ndata: [DONE]\n\n`])
   const { provider } = await startModel(t, (res) => writeApart(res, answers.shift() ?? []))
   t.equal((await collect(provider)).filter((p) => p.type === 'tool_call').length, 128)
-  t.match((await failure(provider)).error.classified, { code: 'INVALID_RESPONSE', retryable: false, message: /more than 128 tool calls in one answer/ })
+  const error = (await failure(provider)).error.classified
+  t.match(error, {
+    code: 'INVALID_RESPONSE', errorType: 'logical', retryable: false,
+    message: /more than 128 tool calls in one answer/, detail: { reason: 'too_many_tool_calls', maxToolCalls: 128 }
+  })
+  const advice = error.recommendations.join(' ')
+  t.notMatch(advice, /streaming format|stream: true|OPENAI_BASE_URL/, 'no advice about the server\'s format')
+  t.match(advice, /at most 128|fewer|batches/i, 'says what to ask the model for instead')
 })
 
 t.test('keep-alive comments without an event end the call as TIMEOUT after the body timeout, as silence does', async (t) => {
