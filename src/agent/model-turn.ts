@@ -1,5 +1,7 @@
 import { classifyModelError } from '../model/model-errors.ts'
 import { ModelError } from '../model/types.ts'
+import { classified } from '../errors/classified.ts'
+import type { ClassifiedError } from '../schemas/common.ts'
 import type { Usage } from '../schemas/common.ts'
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import { retryDelayMs, shouldRetry, sleep, waitRefused } from './retry.ts'
@@ -11,6 +13,8 @@ export interface ModelAnswer {
   text: string
   toolCalls: Array<{ name: string; arguments: string }>
   usage: Usage | null
+  /** The finish_reason the model gave (`stop`, `tool_calls`, `length`, `content_filter`…); null when it gave none ([DONE] alone). */
+  finishReason: string | null
 }
 
 interface TextBlock {
@@ -39,6 +43,7 @@ export async function callModel(
     const reasoning: ThinkingBlock = { started: false, ended: false, value: '' }
     const toolCalls: Array<{ name: string; arguments: string }> = []
     let usage: Usage | null = null
+    let finishReason: string | null = null
     let firstTokenSeen = false
     const span = ctx.trace.startModelCall(ctx.session.model, attempt + 1)
     try {
@@ -64,11 +69,12 @@ export async function callModel(
           toolCalls.push({ name: part.name, arguments: part.arguments })
         } else {
           usage = part.usage
+          finishReason = part.finishReason
         }
       }
       span.end({ usage })
       closeBlocks(ctx, step, text, reasoning)
-      return { text: text.value, toolCalls, usage }
+      return { text: text.value, toolCalls, usage, finishReason }
     } catch (err) {
       const error = err instanceof ModelError ? err : classifyModelError(err)
       const retrying = !ctx.signal.aborted && !firstTokenSeen && shouldRetry(error, attempt, retryPolicy)
@@ -95,6 +101,45 @@ export async function callModel(
       }, 'model', firstTokenSeen)
     }
   }
+}
+
+/**
+ * The warning for an answer the model did not end itself: cut at its output-token limit
+ * (finish_reason `length`) or stopped by the provider's content filter (`content_filter`). The
+ * run goes on with what came (SPEC: a monitor `error` with severity `warn`), but without it a
+ * client could not tell a cut or empty answer from a whole one. Null for any other finish.
+ */
+export function unfinishedAnswer(answer: ModelAnswer): ClassifiedError | null {
+  const { finishReason } = answer
+  const calls = answer.toolCalls.length
+  if (finishReason === 'length') {
+    const what = answer.text.length > 0 || calls === 0 ? 'Its text is kept as it is, cut short' : 'Its text is empty'
+    return classified({
+      errorType: 'logical', code: 'INVALID_RESPONSE', retryable: false, fatal: false,
+      message: `The model's answer was cut at its output limit (finish_reason "length"): ${what}` +
+        (calls > 0 ? `; its last tool call's arguments may be cut too, and arguments that are not whole JSON are refused to the model as a validation error` : ''),
+      recommendations: [
+        "Raise the model's output limit (max_tokens) on the model server or provider, if it sets one below what the answer needs.",
+        'Ask for a shorter answer, or for the work in parts (a large file written in several calls).',
+        'Send a follow-up message such as "continue" to have the model go on from where it was cut.'
+      ],
+      detail: { reason: 'output_truncated', finishReason }
+    })
+  }
+  if (finishReason === 'content_filter') {
+    return classified({
+      errorType: 'logical', code: 'INVALID_RESPONSE', retryable: false, fatal: false,
+      message: answer.text.length > 0 || calls > 0
+        ? "The provider's content filter stopped the model's answer (finish_reason \"content_filter\"): what came before it is kept, the rest is missing"
+        : "The provider's content filter stopped the model's answer (finish_reason \"content_filter\"): the answer is empty",
+      recommendations: [
+        "Rephrase the message: the provider's content filter flagged the request or the answer.",
+        "Check the provider's content-filter settings for this deployment (Azure OpenAI sets them per deployment) if the content is legitimate."
+      ],
+      detail: { reason: 'content_filter', finishReason }
+    })
+  }
+  return null
 }
 
 // The block events are emitted without waiting, like the deltas between them: they are stored

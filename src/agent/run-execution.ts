@@ -3,7 +3,7 @@ import { addUsage, emptyUsage, type ClassifiedError, type Usage } from '../schem
 import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord, type SessionRecord, type StoreWrite } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
 import { ContextWindow } from './context/context-window.ts'
-import { callModel } from './model-turn.ts'
+import { callModel, unfinishedAnswer } from './model-turn.ts'
 import { msSince, now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
@@ -146,14 +146,19 @@ export class RunExecution {
         content: answer.text.length > 0 ? answer.text : null, createdAt: now()
       }
       if (toolCalls.length > 0) assistant.toolCalls = toolCalls
+      // An answer cut at the output limit or stopped by a content filter goes on as it came, with a warning.
+      const unfinished = unfinishedAnswer(answer)
+      // Arguments cut at the output limit are refused to the model as cut, not as its own mistake.
+      const cut = answer.finishReason === 'length'
       // A step's result is one unit of work: its progress, its usage, the model's answer and the
       // start of its first tool call (the others start as their turn comes).
-      const first = toolCalls[0] ? startToolCall(ctx, this.#hooks, step, toolCalls[0]) : null
+      const first = toolCalls[0] ? startToolCall(ctx, this.#hooks, step, toolCalls[0], cut) : null
       const result: StoreWrite[] = [
         { type: 'run', id: ctx.run.id, patch: { steps: step, usage: this.#usage } },
         { type: 'usage', sessionId: ctx.session.id, usage },
         ctx.event('monitor', 'token_usage', { ...usage }),
         { type: 'message', message: assistant },
+        ...(unfinished ? [ctx.event('monitor', 'error', { severity: 'warn', phase: 'model', message: unfinished.message, detail: unfinished })] : []),
         ...(first?.writes ?? [])
       ]
       const maxTokens = ctx.session.limits.maxTokens
@@ -168,7 +173,7 @@ export class RunExecution {
       history.push(assistant)
 
       for (const call of toolCalls) {
-        const start = first?.call === call ? first : startToolCall(ctx, this.#hooks, step, call)
+        const start = first?.call === call ? first : startToolCall(ctx, this.#hooks, step, call, cut)
         if (start !== first) await commitStart(ctx, start)
         history.push(await runToolCall(ctx, this.#hooks, start))
       }

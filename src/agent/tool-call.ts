@@ -53,9 +53,9 @@ export interface ToolCallStart {
  * loop puts the first call's in the step's own unit of work), then runs the call with runToolCall;
  * a read-only call's may wait for its answer's unit instead (`readOnly`).
  */
-export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall): ToolCallStart {
+export function startToolCall(ctx: RunContext, hooks: ToolCallHooks, step: number, call: MessageToolCall, cut = false): ToolCallStart {
   const startedAt = Date.now()
-  const parsed = parseArguments(call.arguments)
+  const parsed = parseArguments(call.arguments, cut)
   const record: ToolCallRecord = {
     id: call.id, sessionId: ctx.session.id, runId: ctx.run.id, step, name: call.name,
     input: parsed.ok ? parsed.value : call.arguments, state: 'pending', startedAt: new Date(startedAt).toISOString(),
@@ -101,7 +101,7 @@ export async function runToolCall(ctx: RunContext, hooks: ToolCallHooks, start: 
     if (!tool) {
       outcome = { ok: false, error: toolNotFound(call.name, hooks.tools.names) }
     } else if (!parsed.ok) {
-      outcome = { ok: false, error: invalidArguments(call.name, parsed.message) }
+      outcome = { ok: false, error: invalidArguments(call.name, parsed.message, parsed.cut) }
     } else if (screened?.ok === false) {
       outcome = { ok: false, error: screened.error }
     } else if (approval?.decision === 'deny') {
@@ -248,10 +248,14 @@ function saveCall(record: ToolCallRecord): StoreWrite {
   return { type: 'toolCall', call: { ...record } }
 }
 
-type ParsedArguments = { ok: true; value: unknown } | { ok: false; message: string }
+type ParsedArguments = { ok: true; value: unknown } | { ok: false; message: string; cut?: boolean }
 
-/** The model's arguments text as a value; text that is not JSON, or nests too deep to store, is refused (the raw text is kept as the call's input). */
-function parseArguments(text: string): ParsedArguments {
+/**
+ * The model's arguments text as a value; text that is not JSON, or nests too deep to store, is
+ * refused (the raw text is kept as the call's input). `cut`: the answer ended at the model's
+ * output limit (finish_reason `length`), so JSON that does not parse was most likely cut there.
+ */
+function parseArguments(text: string, cut = false): ParsedArguments {
   if (text.trim() === '') return { ok: true, value: {} }
   if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
     return { ok: false, message: `they nest arrays and objects deeper than ${MAX_JSON_DEPTH} levels` }
@@ -259,15 +263,22 @@ function parseArguments(text: string): ParsedArguments {
   try {
     return { ok: true, value: JSON.parse(text) }
   } catch (err) {
+    if (cut) return { ok: false, cut, message: `they are not whole JSON: your answer was cut at your output limit before they ended (${(err as Error).message}), so the call was not run` }
     return { ok: false, message: `they are not valid JSON: ${(err as Error).message}` }
   }
 }
 
-function invalidArguments(toolName: string, reason: string): ClassifiedError {
+function invalidArguments(toolName: string, reason: string, cut = false): ClassifiedError {
   return classified({
     errorType: 'validation', code: 'VALIDATION_ERROR',
     message: `The arguments of ${toolName} were refused: ${reason}`,
-    recommendations: [`Call ${toolName} again with its arguments as one JSON object matching its parameters schema (nested at most ${MAX_JSON_DEPTH} levels deep).`]
+    recommendations: cut
+      ? [
+          `Call ${toolName} again with shorter arguments: your output limit cannot hold these whole (split large content into smaller parts, over several calls).`,
+          'Make fewer tool calls in one answer, and keep your text before them short: they share the same output limit.'
+        ]
+      : [`Call ${toolName} again with its arguments as one JSON object matching its parameters schema (nested at most ${MAX_JSON_DEPTH} levels deep).`],
+    ...(cut ? { detail: { reason: 'output_truncated' } } : {})
   })
 }
 

@@ -348,3 +348,70 @@ t.test('a context-length error after text was streamed fails the run: the harder
   const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
   t.same(stored.map((m: { role: string }) => m.role), ['user'])
 })
+
+t.test('an answer cut at the output limit (finish_reason "length") completes with its text and a monitor warn that says so', async (t) => {
+  // Before, the run completed as if the answer were whole: nothing told the client it was cut.
+  const { ctx } = await appWith(t, (res) => streamOf(res, chunk({ role: 'assistant', content: 'The first half of' }), chunk({}, 'length'), '[DONE]'))
+  const sessionId = await createSession(ctx)
+  const { run, message } = await sendAndWait(ctx, sessionId, 'a long answer, please')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, 'The first half of', 'the text that came is the answer')
+  const events = await eventsOf(ctx, sessionId, run.id)
+  const warns = events.filter((e) => e.type === 'error')
+  t.equal(warns.length, 1, 'one warning')
+  t.match(warns[0]?.data, {
+    severity: 'warn', phase: 'model', message: /output/,
+    detail: { errorType: 'logical', code: 'INVALID_RESPONSE', retryable: false, fatal: false, detail: { reason: 'output_truncated', finishReason: 'length' } }
+  })
+  t.match(warns[0]?.data.detail.recommendations.join(' '), /output limit|max_tokens|shorter/i, 'says what the client can do')
+  const types = events.map((e) => e.type)
+  t.ok(types.includes('error') && types.indexOf('error') < types.indexOf('done'), 'the warning comes before the run ends')
+})
+
+t.test('tool calls in an answer cut at the output limit: cut arguments come back to the model as a validation error that says why', async (t) => {
+  // Before, the cut JSON came back as "not valid JSON" only, which the model read as its own
+  // mistake; the answer's cut was not reported to the client either.
+  let calls = 0
+  const { ctx, requests } = await appWith(t, (res) => {
+    if (++calls > 1) return textAnswer(res, 'done')
+    streamOf(res,
+      chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_a', type: 'function', function: { name: 'fs_list', arguments: '{"path": "."}' } }] }),
+      chunk({ tool_calls: [{ index: 1, id: 'call_b', type: 'function', function: { name: 'fs_list', arguments: '{"path": "sub' } }] }),
+      chunk({}, 'length'), '[DONE]')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list'] })
+  const { run, message } = await sendAndWait(ctx, sessionId, 'list')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, 'done')
+  const results = (requests[1]?.messages ?? []).filter((m) => m.role === 'tool').map((m) => JSON.parse(m.content as string))
+  t.equal(results.length, 2, 'both calls were answered')
+  t.notMatch(results[0], { ok: false }, 'the whole call ran')
+  t.match(results[1], { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', error: /cut|output limit/i })
+  t.match(results[1].recommendations.join(' '), /shorter|smaller|parts/i)
+  const warns = (await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'error' && e.data.phase === 'model')
+  t.match(warns.map((e) => e.data.detail.detail), [{ reason: 'output_truncated', finishReason: 'length' }])
+})
+
+t.test('an empty answer stopped by a content filter warns the client, and is left out of the next request', async (t) => {
+  // Before, the run completed with an empty answer and no sign of why; the next request carried
+  // `{"role": "assistant", "content": ""}`, which some OpenAI-compatible gateways refuse.
+  let calls = 0
+  const { ctx, requests } = await appWith(t, (res) => {
+    if (++calls > 1) return textAnswer(res, 'fine')
+    streamOf(res, chunk({ role: 'assistant', content: '' }), chunk({}, 'content_filter'), '[DONE]')
+  })
+  const sessionId = await createSession(ctx)
+  const { run } = await sendAndWait(ctx, sessionId, 'something filtered')
+  t.match(run, { status: 'completed', error: null })
+  const warns = (await eventsOf(ctx, sessionId, run.id)).filter((e) => e.type === 'error')
+  t.equal(warns.length, 1)
+  t.match(warns[0]?.data, {
+    severity: 'warn', phase: 'model', message: /content filter/i,
+    detail: { errorType: 'logical', code: 'INVALID_RESPONSE', retryable: false, fatal: false, detail: { reason: 'content_filter', finishReason: 'content_filter' } }
+  })
+  t.ok(warns[0]?.data.detail.recommendations.length > 0)
+
+  t.match((await sendAndWait(ctx, sessionId, 'something else')).run, { status: 'completed' })
+  t.same(requests[1]?.messages.filter((m) => m.role !== 'system').map((m) => [m.role, m.content]), [['user', 'something filtered'], ['user', 'something else']],
+    'no assistant message without text or tool calls')
+})

@@ -24,8 +24,8 @@ export interface HistoryView {
 }
 
 /**
- * Builds the view: the newest summary hides the messages it stands for; other summaries and
- * orphaned results are not sent. `offset`: the stored messages before `history[0]`, left unread
+ * Builds the view: the newest summary hides the messages it stands for; other summaries,
+ * orphaned results and empty answers are not sent. `offset`: the stored messages before `history[0]`, left unread
  * because the newest summary stands for them (Store.listContextMessages).
  */
 export function viewOf(history: MessageRecord[], offset = 0): HistoryView {
@@ -36,6 +36,11 @@ export function viewOf(history: MessageRecord[], offset = 0): HistoryView {
   for (let i = from; i < history.length; i++) {
     const message = history[i] as MessageRecord
     if (message.role === 'summary') continue
+    // An answer with neither text nor tool calls (a content filter's empty answer) tells the model
+    // nothing, and some gateways refuse an assistant message with empty content and no tool calls.
+    // Left out, its user message is followed by the next one, as after a run that failed before
+    // its answer: two user messages in a row, which the providers take.
+    if (message.role === 'assistant' && !message.content && !message.toolCalls?.length) continue
     if (message.role === 'tool') {
       turnOfCall.get(message.toolCallId ?? '')?.messages.push(message)
       continue
