@@ -113,11 +113,13 @@ export function unfinishedAnswer(answer: ModelAnswer): ClassifiedError | null {
   const { finishReason } = answer
   const calls = answer.toolCalls.length
   if (finishReason === 'length') {
-    const what = answer.text.length > 0 || calls === 0 ? 'Its text is kept as it is, cut short' : 'Its text is empty'
+    // The cut is at the answer's end: its text when it has no tool calls, else its last call.
+    const what = calls === 0
+      ? 'its text is kept as it came, cut short'
+      : 'its last tool call may be cut; arguments that are not whole JSON are not run, and the model is told they were cut'
     return classified({
       errorType: 'logical', code: 'INVALID_RESPONSE', retryable: false, fatal: false,
-      message: `The model's answer was cut at its output limit (finish_reason "length"): ${what}` +
-        (calls > 0 ? `; its last tool call's arguments may be cut too, and arguments that are not whole JSON are refused to the model as a validation error` : ''),
+      message: `The model's answer was cut at its output limit (finish_reason "length"): ${what}`,
       recommendations: [
         "Raise the model's output limit (max_tokens) on the model server or provider, if it sets one below what the answer needs.",
         'Ask for a shorter answer, or for the work in parts (a large file written in several calls).',
