@@ -1,4 +1,4 @@
-import { lstatSync, readlinkSync, realpathSync } from 'node:fs'
+import { lstatSync, readlinkSync, realpathSync, statSync } from 'node:fs'
 import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { makeFolders } from '../make-folders.ts'
@@ -9,6 +9,11 @@ export interface ResolveOptions {
   mustExist?: boolean
   /** The path will be written: the workspace root itself is refused. */
   forWrite?: boolean
+  /**
+   * The path must name a file (fs_read, fs_write, fs_edit): one ending in "/" (or "/.", "/..")
+   * names a folder and is refused, instead of resolving to the name without the slash.
+   */
+  file?: boolean
 }
 
 /**
@@ -27,11 +32,19 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   if (typeof relPath !== 'string' || relPath.includes('\0')) {
     throw new ToolFailure('VALIDATION_ERROR', 'The path must be a string without NUL characters.', { path: String(relPath) })
   }
+  refuseLoneSurrogate('path', relPath)
   const realRoot = await workspaceRoot(root)
   const lexical = path.resolve(realRoot, relPath)
   if (!isInside(realRoot, lexical)) throw traversal(relPath)
+  // path.resolve drops a trailing "/" (and "/."): "new/" would be the file "new", "README.md/" the file README.md.
+  const folderEnd = folderSyntax(relPath)
+  if (folderEnd !== undefined && options.file) throw namesAFolder(relPath, folderEnd)
   const resolved = resolveOrRefuse(relPath, () => realpathAllowMissing(lexical, 0))
   if (!isInside(realRoot, resolved.path)) throw traversal(relPath)
+  // A folder named so, that is a file: not listed, searched or globbed in as the file.
+  if (folderEnd !== undefined && resolved.exists && !statSync(resolved.path).isDirectory()) {
+    throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' }, { retryable: false })
+  }
   // A path no file system call could take (one to be made, below a real parent) is a bad argument, not an I/O failure.
   if (Buffer.byteLength(resolved.path) > MAX_PATH_BYTES || resolved.path.split(path.sep).some((name) => Buffer.byteLength(name) > MAX_NAME_BYTES)) {
     throw tooLong(relPath)
@@ -104,6 +117,56 @@ export async function ensureWorkspace(rootDir: string, sessionId: string): Promi
   // The tools resolve their paths against this root: known real, it costs them no further call.
   rememberRoot(real, real)
   return real
+}
+
+/**
+ * How a path written as a folder ends ("/", "/." or "/.."; "." and ".." alone too), or undefined
+ * for a path that may name a file. The file system would take it as a folder (open("new/",
+ * O_CREAT) is EISDIR), but path.resolve drops that ending.
+ */
+export function folderSyntax(relPath: string): string | undefined {
+  if (relPath.endsWith('/')) return '/'
+  const last = relPath.slice(relPath.lastIndexOf('/') + 1)
+  if (last !== '.' && last !== '..') return undefined
+  return relPath.includes('/') ? `/${last}` : last
+}
+
+/** A file tool was given a path that names a folder: no retry of the same argument can name a file. */
+function namesAFolder(relPath: string, ending: string): ToolFailure {
+  const why = ending.startsWith('/') ? `it ends with "${ending}"` : `"${ending}" is one`
+  return new ToolFailure('VALIDATION_ERROR', `"${relPath}" names a folder (${why}), not a file.`, {
+    path: relPath,
+    reason: 'names_a_folder'
+  })
+}
+
+/**
+ * Refuses a string argument holding a lone UTF-16 surrogate (JSON may carry "\ud800" alone): the
+ * file system stores names as UTF-8, where Node writes U+FFFD in its place, so the file made or
+ * found would be another than the one named. `field` is the argument's name, e.g. `path`.
+ */
+export function refuseLoneSurrogate(field: string, value: string): void {
+  // With the u flag a whole pair is one code point: only a lone half is in the category Surrogate.
+  // (String.prototype.isWellFormed says as much, but is not in the es2023 lib this code compiles to.)
+  const lone = /\p{Surrogate}/u.exec(value)
+  if (lone === null) return
+  const index = lone.index
+  const unit = `\\u${value.charCodeAt(index).toString(16).padStart(4, '0')}`
+  throw new ToolFailure(
+    'VALIDATION_ERROR',
+    `The ${field} ${JSON.stringify(value)} holds a lone UTF-16 surrogate (${unit} at index ${index}): no file name can hold it, and the file system would name another file.`,
+    {
+      reason: 'lone_surrogate',
+      index,
+      fields: [{ field, expected: 'well-formed Unicode text (no lone UTF-16 surrogate)', message: `lone surrogate ${unit} at index ${index}` }]
+    },
+    {
+      recommendations: [
+        `Send "${field}" as well-formed Unicode: the ${unit} at index ${index} is one half of a UTF-16 surrogate pair without the other.`,
+        'Write the character you mean whole (both halves of its pair), or use a plain ASCII name.'
+      ]
+    }
+  )
 }
 
 /** Linux's NAME_MAX and PATH_MAX - 1 (the terminating NUL). */

@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import { join } from 'node:path'
 import { Type } from '@sinclair/typebox'
@@ -156,6 +156,27 @@ t.test('arguments the model sends that are not JSON, or nest too deep to store, 
   const ends = events.filter((e) => e.type === 'tool:end').map((e) => e.data.call)
   t.same(ends.map((call) => call.state), ['failed', 'failed'], 'both calls are stored, with their start and end')
   t.equal(ends[1].input, deep, 'the refused arguments are kept as the text the model sent')
+})
+
+t.test('a path naming a folder, or holding a lone surrogate, comes back to the model classified, nothing is made, and the run goes on', async (t) => {
+  const ctx = await buildTestApp(t)
+  const { session, toolResults, events, run } = await runCalls(ctx, { tools: ['fs_write', 'fs_read'] }, [
+    { name: 'fs_write', arguments: '{"path": "new/", "content": "x"}' },
+    // The JSON the model sends: an escape of half a surrogate pair, alone.
+    { name: 'fs_write', arguments: '{"path": "a\\ud800b.txt", "content": "x"}' },
+    { name: 'fs_read', arguments: '{"path": "a\\ud800b.txt"}' }
+  ])
+  t.equal(run.status, 'completed', 'the run goes on to its answer')
+  const [folder, lone, read] = toolResults
+  t.match(folder, { ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, detail: { reason: 'names_a_folder' }, recommendations: [/e\.g\. "new\/notes\.txt"/] })
+  for (const result of [lone, read]) {
+    t.match(result, {
+      ok: false, errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false,
+      detail: { reason: 'lone_surrogate', index: 1, fields: [{ field: 'path' }] }, recommendations: [/Send "path" as well-formed Unicode/]
+    })
+  }
+  t.same(events.filter((e) => e.type === 'tool:end').map((e) => e.data.call.state), ['failed', 'failed', 'failed'])
+  t.same(readdirSync(join(ctx.dir, 'workspaces', session.id)), [], 'no file "new", nor "a\ufffdb.txt"')
 })
 
 t.test('an unexpected failure around a tool is an exception the run survives', async (t) => {

@@ -42,6 +42,15 @@ t.test('a folder, a file or a device where the tool needed another kind gets adv
   t.match(advice('fs_edit', 'IO_ERROR', { path: 'pipe', reason: 'not_regular_file' }), /pipe, socket or device/)
 })
 
+t.test('a path that names a folder: fs_write is told to give a file name, fs_read and fs_edit to drop the "/" or name a file inside', async (t) => {
+  const folder = (name: string, path: string) => advice(name, 'VALIDATION_ERROR', { path, reason: 'names_a_folder' })
+  t.match(folder('fs_write', 'new/'), /"new\/" names a folder; fs_write writes a file: give the file's name after the folder, e\.g\. "new\/notes\.txt"\.\nTo write the file "new" itself, name it without the "\/"\./)
+  t.match(folder('fs_write', 'a/b/.'), /e\.g\. "a\/b\/notes\.txt"/)
+  t.equal(folder('fs_write', './'), '"./" names a folder; fs_write writes a file: give the file\'s name after the folder, e.g. "notes.txt".', 'the root: no file to name without the "/"')
+  t.match(folder('fs_read', 'README.md/'), /If "README\.md" is the file, name it without the "\/" \("README\.md"\)\.\nTo read a file in the folder, name it, e\.g\. "README\.md\/<file>"; use fs_list on "README\.md"/)
+  t.match(folder('fs_edit', 'src/'), /To edit a file in the folder/)
+})
+
 t.test('fs_edit: a mismatch says to copy the exact text, an ambiguity offers replaceAll', async (t) => {
   t.match(advice('fs_edit', 'NOT_FOUND', { path: 'a.txt', reason: 'no_match' }), /oldText does not occur in "a.txt".*fs_read/)
   const ambiguous = advice('fs_edit', 'VALIDATION_ERROR', { path: 'a.txt', reason: 'ambiguous', occurrences: 3 })

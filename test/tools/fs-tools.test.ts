@@ -148,6 +148,98 @@ t.test('fs_write below a file is refused as a path that cannot be made, not as a
   t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), '# Title\nline two\nline three\n', 'the file is left as it was')
 })
 
+t.test('a path ending in "/" names a folder: fs_write, fs_read and fs_edit refuse it instead of using the name without the slash', async (t) => {
+  const ws = await setup(t)
+  const before = (await readdir(ws.root)).sort()
+  for (const target of ['new/', 'a/b/', 'new/.', 'src/', 'README.md/']) {
+    const outcome = await call(ws, 'fs_write', { path: target, content: 'x' })
+    t.match(outcome, {
+      ok: false,
+      error: {
+        errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false,
+        message: `"${target}" names a folder (it ends with "${target.endsWith('.') ? '/.' : '/'}"), not a file.`,
+        detail: { path: target, reason: 'names_a_folder' },
+        recommendations: [/give the file's name after the folder, e.g. ".*\/notes\.txt"/]
+      }
+    }, `fs_write ${target}`)
+  }
+  t.same((await readdir(ws.root)).sort(), before, 'no file "new" and no folder "new" or "a" was made')
+  t.same(await readdir(path.join(ws.root, 'src')), ['lib', 'main.ts'], 'nothing was made in src')
+  t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), '# Title\nline two\nline three\n', 'README.md is left as it was')
+
+  for (const [name, input] of [
+    ['fs_read', { path: 'README.md/' }],
+    ['fs_read', { path: 'src/' }],
+    ['fs_edit', { path: 'README.md/', oldText: 'Title', newText: 'Heading' }]
+  ] as const) {
+    const outcome = await call(ws, name, input)
+    t.match(outcome, {
+      ok: false,
+      error: { errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false, detail: { path: input.path, reason: 'names_a_folder' } }
+    }, `${name} ${input.path}`)
+    const named = input.path.slice(0, -1)
+    if (!outcome.ok) t.match(outcome.error.recommendations.join(' '), `If "${named}" is the file, name it without the "/" ("${named}").`)
+  }
+  t.equal(await readFile(path.join(ws.root, 'README.md'), 'utf8'), '# Title\nline two\nline three\n', 'fs_edit did not edit README.md')
+
+  // A folder named with the slash is what fs_list, fs_glob and fs_grep take.
+  t.match(await call(ws, 'fs_list', { path: 'src/' }), { ok: true, result: { entries: [{ path: 'src/lib' }, { path: 'src/main.ts' }] } })
+  t.match(await call(ws, 'fs_glob', { pattern: '*.ts', path: 'src/' }), { ok: true, result: { matches: ['src/main.ts'] } })
+  t.match(await call(ws, 'fs_grep', { pattern: 'console', path: 'src/' }), { ok: true, result: { matches: [{ path: 'src/main.ts' }] } })
+  // A file named with the slash is not one: it is not listed, globbed in or searched as a file.
+  for (const [name, input] of [
+    ['fs_list', { path: 'README.md/' }],
+    ['fs_glob', { pattern: '*', path: 'README.md/' }],
+    ['fs_grep', { pattern: 'Title', path: 'README.md/' }]
+  ] as const) {
+    t.match(await call(ws, name, input), {
+      ok: false,
+      error: { code: 'IO_ERROR', retryable: false, detail: { path: 'README.md/', reason: 'not_directory' }, recommendations: [/is a file, not a folder/] }
+    }, `${name} README.md/`)
+  }
+})
+
+t.test('a path with a lone UTF-16 surrogate is refused before anything is made or read: the file system would name another file', async (t) => {
+  const ws = await setup(t)
+  // What the file system makes of "a\ud800b.txt" (U+FFFD for the lone half): another file than the one named.
+  await writeFile(path.join(ws.root, 'a\ufffdb.txt'), 'another file\n')
+  const before = (await readdir(ws.root)).sort()
+  for (const [name, input] of [
+    ['fs_write', { path: 'a\ud800b.txt', content: 'x' }],
+    ['fs_write', { path: 'new\udc00/file.txt', content: 'x' }],
+    ['fs_read', { path: 'a\ud800b.txt' }],
+    ['fs_edit', { path: 'a\ud800b.txt', oldText: 'another', newText: 'edited' }],
+    ['fs_list', { path: 'src\ud800' }],
+    ['fs_grep', { pattern: 'file', path: 'a\ud800b.txt' }],
+    ['fs_glob', { pattern: '*', path: 'src\udfff' }]
+  ] as const) {
+    const outcome = await call(ws, name, input)
+    t.match(outcome, {
+      ok: false,
+      error: {
+        errorType: 'validation', code: 'VALIDATION_ERROR', retryable: false,
+        message: /^The path ".*\\u(d800|dc00|dfff).*" holds a lone UTF-16 surrogate/,
+        detail: { reason: 'lone_surrogate', fields: [{ field: 'path', expected: String }] },
+        recommendations: [/Send "path" as well-formed Unicode/]
+      }
+    }, `${name} ${JSON.stringify(input.path)}`)
+  }
+  // fs_glob's pattern would report a match under the name the model gave, for the file of another name.
+  t.match(await call(ws, 'fs_glob', { pattern: 'a\ud800b.txt' }), {
+    ok: false,
+    error: { code: 'VALIDATION_ERROR', detail: { reason: 'lone_surrogate', fields: [{ field: 'pattern' }] }, recommendations: [/Send "pattern" as well-formed Unicode/] }
+  })
+  t.match(await call(ws, 'fs_grep', { pattern: 'file', glob: '*\udbff.txt' }), {
+    ok: false,
+    error: { code: 'VALIDATION_ERROR', detail: { reason: 'lone_surrogate', index: 1, fields: [{ field: 'glob' }] }, recommendations: [/Send "glob" as well-formed Unicode: the \\udbff at index 1/] }
+  })
+  t.same((await readdir(ws.root)).sort(), before, 'nothing was made')
+  t.equal(await readFile(path.join(ws.root, 'a\ufffdb.txt'), 'utf8'), 'another file\n', 'the other file is left as it was')
+  // A whole surrogate pair is a character like any other.
+  t.match(await call(ws, 'fs_write', { path: 'smile-\ud83d\ude00.txt', content: 'x' }), { ok: true, result: { created: true } })
+  t.equal(await readFile(path.join(ws.root, 'smile-😀.txt'), 'utf8'), 'x')
+})
+
 t.test('fs_edit replaces exact text; a mismatch or ambiguity is logical', async (t) => {
   const ws = await setup(t)
   t.match(await call(ws, 'fs_edit', { path: 'src/lib/x.ts', oldText: 'x = 1', newText: 'x = "$&"' }), { ok: true, result: { replacements: 1 } })

@@ -11,7 +11,7 @@ import { createFsReadTool } from '../../src/tools/builtin/fs-read.ts'
 import { ToolCatalog } from '../../src/tools/catalog.ts'
 import { runTool } from '../../src/tools/runtime.ts'
 import { ToolFailure } from '../../src/tools/tool-errors.ts'
-import { ensureWorkspace, resolveInWorkspace, toWorkspacePath } from '../../src/tools/workspace.ts'
+import { ensureWorkspace, folderSyntax, resolveInWorkspace, toWorkspacePath } from '../../src/tools/workspace.ts'
 import { makeWorkspace } from '../fixtures/tools/context.ts'
 
 const refusedAs = async (t: Test, promise: Promise<unknown>, code: string) => {
@@ -80,6 +80,23 @@ t.test('mustExist reports a missing path as NOT_FOUND, forWrite refuses the root
   await refusedAs(t, resolveInWorkspace(ws.root, 'nope.txt', { mustExist: true }), 'NOT_FOUND')
   await refusedAs(t, resolveInWorkspace(ws.root, '.', { forWrite: true }), 'IO_ERROR')
   await refusedAs(t, resolveInWorkspace(ws.root, 'a\0b'), 'VALIDATION_ERROR')
+})
+
+t.test('a path written as a folder is told apart from one that may name a file; a file tool refuses it before any disk access', async (t) => {
+  for (const [relPath, ending] of [['new/', '/'], ['a/b//', '/'], ['new/.', '/.'], ['a/..', '/..'], ['.', '.'], ['..', '..'], ['/abs/dir/', '/']] as const) {
+    t.equal(folderSyntax(relPath), ending, relPath)
+  }
+  for (const relPath of ['new', 'a/b', 'a.', '.hidden', 'dir/..x', 'x..', 'a/.b']) t.equal(folderSyntax(relPath), undefined, relPath)
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  await writeFile(path.join(ws.root, 'file.txt'), 'x')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'new/', { forWrite: true, file: true }), 'VALIDATION_ERROR')
+  await refusedAs(t, resolveInWorkspace(ws.root, 'file.txt/', { mustExist: true, file: true }), 'VALIDATION_ERROR')
+  t.equal(await resolveInWorkspace(ws.root, './', { mustExist: true }), ws.root, 'a folder tool takes the root written as a folder')
+  const err = await resolveInWorkspace(ws.root, 'file.txt/', { mustExist: true }).then(() => null, (e: unknown) => e)
+  t.match(err, { code: 'IO_ERROR', retryable: false, detail: { path: 'file.txt/', reason: 'not_directory' } }, 'nor a file named as a folder')
+  const lone = await resolveInWorkspace(ws.root, 'x\udc00').then(() => null, (e: unknown) => e)
+  t.match(lone, { code: 'VALIDATION_ERROR', detail: { reason: 'lone_surrogate', index: 1, fields: [{ field: 'path' }] } })
 })
 
 t.test('ensureWorkspace creates the session folder and returns its real path', async (t) => {

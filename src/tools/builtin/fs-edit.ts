@@ -30,7 +30,7 @@ export function createFsEditTool(opts: { maxFileBytes: number }): Tool<typeof Pa
       'Replace `oldText` with `newText` in a workspace file. `oldText` must match exactly once unless `replaceAll` is true.',
     parameters: Parameters,
     async execute(input, ctx) {
-      const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true })
+      const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true, file: true })
       const info = await stat(file)
       if (info.isDirectory()) throw isDirectory(input.path)
       if (!info.isFile()) throw notRegularFile(input.path)

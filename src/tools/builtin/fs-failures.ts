@@ -1,3 +1,4 @@
+import { posix } from 'node:path'
 import { ToolFailure, type ToolFailureFacts } from '../tool-errors.ts'
 
 // What the fs_* tools share about their failures: the reasons they give and the advice on them.
@@ -28,13 +29,28 @@ export function diskFull(relPath: string, cause: unknown): ToolFailure {
 }
 
 /** Advice on the failures every fs_* tool can meet: a missing path, a folder or file of the wrong kind. */
-export function recommendFsFailure({ code, reason, path, detail }: ToolFailureFacts): string[] | undefined {
+export function recommendFsFailure({ tool, code, reason, path, detail }: ToolFailureFacts): string[] | undefined {
   if (code === 'NOT_FOUND' && path !== undefined) {
     const base = path.split('/').filter(Boolean).pop() ?? path
     const dir = path.includes('/') ? path.slice(0, path.lastIndexOf('/')) || '.' : '.'
     return [
       `"${path}" does not exist in the workspace.`,
       `Use fs_glob with a pattern such as "**/${base}" to find it, or fs_list on "${dir}" to see what is there.`
+    ]
+  }
+  if (code === 'VALIDATION_ERROR' && reason === 'names_a_folder' && path !== undefined) {
+    // "new/" -> "new", "a/b/." -> "a/b", "new/.." -> ".".
+    const folder = posix.normalize(path).replace(/\/+$/, '') || '.'
+    const inFolder = folder === '.' ? '' : `${folder}/`
+    if (tool === 'fs_write') {
+      return [
+        `"${path}" names a folder; fs_write writes a file: give the file's name after the folder, e.g. "${inFolder}notes.txt".`,
+        ...(folder === '.' ? [] : [`To write the file "${folder}" itself, name it without the "/".`])
+      ]
+    }
+    return [
+      `"${path}" names a folder, not a file.${folder === '.' ? '' : ` If "${folder}" is the file, name it without the "/" ("${folder}").`}`,
+      `To ${tool === 'fs_edit' ? 'edit' : 'read'} a file in the folder, name it, e.g. "${inFolder}<file>"; use fs_list on "${folder}" to see its entries.`
     ]
   }
   if (reason === 'name_too_long') {

@@ -6,7 +6,7 @@ import { braceExpand } from 'minimatch'
 import { fitListResult } from '../output.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
-import { isInside, resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
+import { isInside, refuseLoneSurrogate, resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
 import { recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
@@ -41,6 +41,7 @@ export function createFsGlobTool(opts: { maxResults: number; maxBytes: number })
       '.git and node_modules are searched only when the pattern names them.',
     parameters: Parameters,
     async execute(input, ctx) {
+      refuseLoneSurrogate('pattern', input.pattern)
       // Braces are expanded first (as glob does), so "{..,x}/*" is checked as "../*" and "x/*".
       // Expanding one past the limit is enough to know the pattern is over it.
       const expanded = braceExpand(input.pattern, { braceExpandMax: MAX_EXPANSIONS + 1 })

@@ -3,7 +3,7 @@ import { fitListResult } from '../output.ts'
 import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
 import { runInWorker } from '../worker.ts'
-import { resolveInWorkspace, workspaceRoot } from '../workspace.ts'
+import { refuseLoneSurrogate, resolveInWorkspace, workspaceRoot } from '../workspace.ts'
 import { recommendFsFailure } from './fs-failures.ts'
 import type { GrepJob, GrepResult } from './grep-worker.ts'
 
@@ -58,7 +58,10 @@ export function createFsGrepTool(opts: FsGrepOptions): Tool<typeof Parameters> {
         maxFileBytes: opts.maxFileBytes,
         maxLineChars: 500
       }
-      if (input.glob !== undefined) job.glob = input.glob
+      if (input.glob !== undefined) {
+        refuseLoneSurrogate('glob', input.glob)
+        job.glob = input.glob
+      }
       const result = await runInWorker<GrepResult>(grepWorker, 'grep', job, {
         signal: ctx.signal,
         resourceLimits: { maxOldGenerationSizeMb: opts.maxHeapMb }

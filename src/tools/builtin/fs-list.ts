@@ -82,7 +82,8 @@ export function createFsListTool(opts: { maxEntries: number; maxBytes: number })
         // The path is real (no links left), so reading it as a folder tells whether it is one.
         const children = (await readFolder(current).catch((err: NodeJS.ErrnoException) => {
           if (err.code === 'ENOTDIR' && current === dir) {
-            throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' })
+            // No retry makes a file a folder.
+            throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' }, { retryable: false })
           }
           // A sub-folder removed since it was listed, or named in bytes that are not UTF-8 (read as
           // UTF-8, its name leads nowhere): it is listed, not entered, and the listing goes on.

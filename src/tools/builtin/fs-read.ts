@@ -28,7 +28,7 @@ export function createFsReadTool(opts: { maxBytes: number }): Tool<typeof Parame
       `at most ${opts.maxBytes} bytes; \`hasMore\` says whether lines follow, to read on with a larger offset.`,
     parameters: Parameters,
     async execute(input, ctx) {
-      const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true })
+      const file = await resolveInWorkspace(ctx.workspace, input.path, { mustExist: true, file: true })
       const info = await stat(file)
       if (info.isDirectory()) throw isDirectory(input.path)
       // Opening a FIFO or device would block a libuv thread for good, whatever the timeout does.

@@ -21,7 +21,7 @@ export function createFsWriteTool(): Tool<typeof Parameters> {
     description: 'Create or overwrite a file of the workspace with `content`; missing parent folders are created.',
     parameters: Parameters,
     async execute(input, ctx) {
-      const file = await resolveInWorkspace(ctx.workspace, input.path, { forWrite: true })
+      const file = await resolveInWorkspace(ctx.workspace, input.path, { forWrite: true, file: true })
       const existing = await stat(file).then(
         (s) => {
           if (s.isDirectory()) throw isDirectory(input.path)
