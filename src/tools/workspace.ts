@@ -41,8 +41,9 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   if (folderEnd !== undefined && options.file) throw namesAFolder(relPath, folderEnd)
   const resolved = resolveOrRefuse(relPath, () => realpathAllowMissing(lexical, 0))
   if (!isInside(realRoot, resolved.path)) throw traversal(relPath)
-  // A folder named so, that is a file: not listed, searched or globbed in as the file.
-  if (folderEnd !== undefined && resolved.exists && !statSync(resolved.path).isDirectory()) {
+  // A folder named so, that is a file: not listed, searched or globbed in as the file. ("." and a
+  // path ending in ".." resolve to a folder whatever they follow: no stat for fs_list's default ".")
+  if ((folderEnd === '/' || folderEnd === '/.') && resolved.exists && !statSync(resolved.path).isDirectory()) {
     throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' }, { retryable: false })
   }
   // A path no file system call could take (one to be made, below a real parent) is a bad argument, not an I/O failure.
