@@ -64,6 +64,15 @@ const BUSY_CHECKPOINT_COMMITS = 200
  * pages (4 KiB each) all the same: the thread has failed, or falls far behind.
  */
 const WAL_PAGES_BACKSTOP = 10_000
+/**
+ * A group commit that held the event loop this long wrote hundreds of pages (a fork's or a
+ * deletion's piece, a long unit of work): it counts as HEAVY_COMMIT_WEIGHT commits towards
+ * BUSY_CHECKPOINT_COMMITS. Counted one each, a run of such commits with no idle moment between
+ * them (a 50 000-message fork) took the WAL past WAL_PAGES_BACKSTOP before the thread was asked,
+ * and SQLite's checkpoint inside a commit held the loop 60-90 ms.
+ */
+const HEAVY_COMMIT_MS = 4
+const HEAVY_COMMIT_WEIGHT = 20
 
 /**
  * Events a deleted session loses per write (deleteSession), or events or messages a fork copies
@@ -72,6 +81,12 @@ const WAL_PAGES_BACKSTOP = 10_000
  * events first, and the messages in their order.
  */
 const PIECE_ROWS = 4000
+/**
+ * Messages a fork copies per write. They go through JavaScript (each gets a new ID, and the calls
+ * left open are tracked), ~10-20 µs a message with its indexes: 4 000 in one write held the
+ * event loop 40-85 ms, as long for every piece of a long session's fork.
+ */
+const MESSAGE_COPY_ROWS = 500
 const PURGE_EVENTS = `DELETE FROM events WHERE session_id = ? AND seq < ? AND seq IN
   (SELECT seq FROM events WHERE session_id = ? AND seq < ? ORDER BY seq LIMIT ?)`
 /**
@@ -393,7 +408,9 @@ export class SqliteStore implements Store {
       // Nearly every batch succeeds whole, so it runs first without savepoints (two statements
       // less per unit of work). When a unit of several statements fails part-way, the batch is
       // rolled back and run again with a savepoint around each unit, so only that one fails.
+      const started = performance.now()
       if (!this.#applyBatch(batch, false)) this.#applyBatch(batch, true)
+      if (performance.now() - started >= HEAVY_COMMIT_MS) this.#sinceCheckpoint += HEAVY_COMMIT_WEIGHT - 1
     } catch (err) {
       // BEGIN or COMMIT failed (disk full, I/O error): nothing of the batch was committed.
       if (this.#db.isTransaction) this.#db.exec('ROLLBACK')
@@ -887,7 +904,7 @@ export class SqliteStore implements Store {
 
   /**
    * The fork's row and its newest PIECE_ROWS events go in one write; its older events follow a
-   * piece per write, newest first, then its messages a piece per write in their order, then the
+   * piece per write, newest first, then its messages MESSAGE_COPY_ROWS per write in their order, then the
    * sealed answers of the calls they leave open: a long session's fork does not hold the event
    * loop for all of it (250 000 events: ~480 ms in one transaction; 50 000 messages ~400 ms).
    * getSession does not find the fork until the last piece, nor do listings (unfinished_sessions).
@@ -913,8 +930,10 @@ export class SqliteStore implements Store {
         this.#setSeq(fork.id, at)
         this.#stmt(COPY_EVENTS).run(fork.id, sourceId, at - PIECE_ROWS, at)
         // The messages stored by now are the fork's: a message stored later has a later pos, whatever its at_seq.
-        const { pos } = this.#stmt('SELECT max(pos) AS pos FROM messages WHERE session_id = ? AND at_seq <= ?').get(sourceId, at) as Row
-        return { fork, lastPos: pos === null || pos === undefined ? 0 : Number(pos) }
+        // Read down the (session_id, pos) index from the newest: max(pos) with at_seq in the filter
+        // read every message of the session in this write (50 000: ~50 ms of the event loop).
+        const newestCopied = this.#stmt('SELECT pos FROM messages WHERE session_id = ? AND at_seq <= ? ORDER BY pos DESC LIMIT 1').get(sourceId, at) as Row | undefined
+        return { fork, lastPos: newestCopied ? Number(newestCopied.pos) : 0 }
       }, true)
       made = true
       for (let below = fork.lastSeq - PIECE_ROWS; below >= (oldest ?? fork.lastSeq); below -= PIECE_ROWS) {
@@ -925,7 +944,7 @@ export class SqliteStore implements Store {
       for (let after = 0; after < lastPos;) {
         after = await this.#write(() => {
           const rows = this.#stmt('SELECT * FROM messages WHERE session_id = ? AND pos > ? AND pos <= ? AND at_seq <= ? ORDER BY pos LIMIT ?')
-            .all(sourceId, after, lastPos, fork.lastSeq, PIECE_ROWS) as Row[]
+            .all(sourceId, after, lastPos, fork.lastSeq, MESSAGE_COPY_ROWS) as Row[]
           const insert = this.#stmt(INSERT_MESSAGE)
           for (const row of rows) {
             const m = toMessage(row)
@@ -934,7 +953,7 @@ export class SqliteStore implements Store {
             if (m.role === 'assistant') for (const call of m.toolCalls ?? []) open.set(call.id, { name: call.name, runId: m.runId })
             if (m.role === 'tool' && m.toolCallId) open.delete(m.toolCallId)
           }
-          return rows.length < PIECE_ROWS ? lastPos : Number(rows.at(-1)?.pos)
+          return rows.length < MESSAGE_COPY_ROWS ? lastPos : Number(rows.at(-1)?.pos)
         })
       }
       await this.#write(() => {

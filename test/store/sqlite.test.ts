@@ -210,3 +210,20 @@ t.test('under writes without a quiet moment, the WAL is still checkpointed every
   await store.checkpointed()
   t.ok(eventsInFile() >= 150, 'past 200, the database file alone holds them')
 })
+
+t.test('large commits one after another have the WAL checkpointed by the thread well before SQLite would, inside a commit', async (t) => {
+  const dir = tempDir(t)
+  const path = join(dir, 'agentd.db')
+  const store = new SqliteStore(path, { idleCheckpointMs: 3_600_000 })
+  t.teardown(() => store.close())
+  await store.migrate()
+  await store.createSession(testSession('ses_large'))
+  const event = monitorEvent('ses_large', 'tick', { text: 'x'.repeat(200) })
+  const eventsInFile = (): number => rowsInFileCopy(path, join(dir, 'copy.db'), 'events')
+  // A fork's or a deletion's pieces: a dozen commits of thousands of rows each (each holds the loop
+  // for milliseconds), ~2 000 pages in all. Counted one each they stayed far under 200 commits, and
+  // the WAL grew until SQLite checkpointed it inside a commit (10 000 pages: 60-90 ms of the loop).
+  for (let n = 0; n < 12; n++) await store.commit(Array.from({ length: 3000 }, () => ({ type: 'event' as const, event })))
+  await store.checkpointed()
+  t.ok(eventsInFile() >= 3000, `the database file holds the first pieces (${eventsInFile()} of 36 000 events)`)
+})
