@@ -262,3 +262,51 @@ t.test('a connection that goes silent (half-open, not even a ping) is taken for 
   t.same(seen.map((e) => e.seq), seen.map((_, i) => i + 1), 'nothing missed or repeated')
   t.equal(seen.at(-1)?.type, 'done')
 })
+
+// Aborting used to end the iteration quietly while events arrived, but throw an AbortError while
+// the stream was being opened, or once the wait before a reconnection was over: the same abort,
+// two outcomes, depending on timing.
+t.test("a caller's abort ends the iteration quietly, whether the stream is opening, streaming or waiting to reconnect", async (t) => {
+  const { app, devModel } = await buildTestApp(t)
+  const baseUrl = await listen(app)
+  const session = (await createAgentdClient({ baseUrl }).api.POST('/v1/sessions', { body: {} })).data
+  if (!session) throw new Error('no session')
+  devModel.script({ text: 'one two three', chunks: 3 })
+  await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'go' } })
+
+  /** Reads the session's events until the abort; resolves with what was seen, or what was thrown. */
+  const readUntilAborted = async (fetchFor: (controller: AbortController) => typeof fetch, abortAfterEvents?: number) => {
+    const controller = new AbortController()
+    const { events } = createAgentdClient({ baseUrl, fetch: fetchFor(controller) })
+    const seen: AgentdEvent[] = []
+    try {
+      for await (const e of events({ sessionId: session.id, signal: controller.signal })) {
+        seen.push(e)
+        if (seen.length === abortAfterEvents) controller.abort()
+      }
+      return { seen, thrown: null }
+    } catch (err) {
+      return { seen, thrown: err as Error }
+    }
+  }
+
+  // While the stream opens: the abort comes before the answer's head.
+  const opening = await readUntilAborted((controller) => async (input, init) => {
+    controller.abort()
+    return fetch(input, init)
+  })
+  t.same(opening, { seen: [], thrown: null }, 'aborted while opening: no error')
+
+  // While events arrive (the stream stays open after them: no until).
+  const streaming = await readUntilAborted(() => fetch, 2)
+  t.equal(streaming.thrown, null, 'aborted while streaming: no error')
+  t.equal(streaming.seen.length, 2)
+
+  // While waiting to reconnect: every attempt is answered 503 (retryable), and the abort comes during the wait.
+  const waiting = await readUntilAborted((controller) => async () => {
+    setTimeout(() => controller.abort(), 50)
+    return new Response(JSON.stringify({ error: { code: 'UNAVAILABLE', message: 'draining', retryable: true, requestId: 'req_x', timestamp: new Date().toISOString() } }),
+      { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '1' } })
+  })
+  t.same(waiting, { seen: [], thrown: null }, 'aborted while waiting to reconnect: no error')
+})

@@ -45,6 +45,10 @@ export interface StreamOptions {
   until?: 'done'
   channels?: Array<'progress' | 'control' | 'monitor'>
   types?: string[]
+  /**
+   * Aborting it ends the iteration quietly (as a `break` would), whenever it comes: while the
+   * stream opens, while events arrive, or while waiting to reconnect.
+   */
   signal?: AbortSignal
   /**
    * Reconnections in a row without an event before giving up; default 5. A dropped connection
@@ -181,6 +185,8 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
   const maxReconnects = options.maxReconnects ?? 5
 
   for (;;) {
+    // Asked to stop (also during the wait before reconnecting): the caller's own doing, not an error.
+    if (options.signal?.aborted) return
     let response: Response
     try {
       response = await fetch(url, {
@@ -188,11 +194,13 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
         ...(options.signal ? { signal: options.signal } : {})
       })
     } catch (err) {
-      if (options.signal?.aborted || ++failures > maxReconnects) throw err
+      if (options.signal?.aborted) return
+      if (++failures > maxReconnects) throw err
       await sleep(retryMs, options.signal)
       continue
     }
     if (!response.ok || !response.body) {
+      if (options.signal?.aborted) return
       const envelope = envelopeOf(await response.json().catch(() => null))
       // "Try again later" (a draining process behind a load balancer, a store out of reach, a
       // rate limit) is a reconnection like any other; anything else is the caller's to handle.
@@ -211,6 +219,8 @@ async function* streamEvents(client: ClientOptions, auth: Record<string, string>
           if (frame.retry !== undefined) retryMs = frame.retry
           // Frames without data (the opening retry, pings) are not events.
           if (frame.data === undefined || frame.event === undefined) continue
+          // Frames read in the same chunk as the one the caller aborted at are not handed out.
+          if (options.signal?.aborted) return
           const event = JSON.parse(frame.data) as AgentdEvent
           lastSeq = event.seq
           failures = 0
