@@ -27,6 +27,8 @@ export interface PostgresRunCoordinatorOptions {
   /** How long a claim holds without a heartbeat (AGENTD_RUN_LEASE_MS). */
   leaseMs: number
   logger: Logger
+  /** How long a signal waits for the run's owner to answer; default SIGNAL_TIMEOUT_MS (tests shorten it). */
+  signalTimeoutMs?: number
 }
 
 /**
@@ -46,6 +48,7 @@ export class PostgresRunCoordinator implements RunCoordinator {
   readonly #channel: ClusterChannel
   readonly #leaseMs: number
   readonly #log: Logger
+  readonly #signalTimeoutMs: number
   readonly #signals = new Map<string, RunSignals>()
   /** Cancels that reached this process before the run attached its signals. */
   readonly #pendingCancels = new Set<string>()
@@ -63,6 +66,7 @@ export class PostgresRunCoordinator implements RunCoordinator {
     this.#channel = options.channel
     this.#leaseMs = options.leaseMs
     this.#log = options.logger
+    this.#signalTimeoutMs = options.signalTimeoutMs ?? SIGNAL_TIMEOUT_MS
     this.#stopListening = this.#channel.onMessage((message) => this.#receive(message))
     this.#heartbeat = setInterval(() => void this.#beat(), this.#beatMs)
     this.#heartbeat.unref()
@@ -225,7 +229,7 @@ export class PostgresRunCoordinator implements RunCoordinator {
       const timer = setTimeout(() => {
         this.#answers.delete(id)
         resolve('timeout')
-      }, SIGNAL_TIMEOUT_MS)
+      }, this.#signalTimeoutMs)
       this.#answers.set(id, (accepted) => {
         clearTimeout(timer)
         this.#answers.delete(id)
@@ -235,9 +239,24 @@ export class PostgresRunCoordinator implements RunCoordinator {
     await this.#channel.send({ type: 'signal', from: this.ownerId, to: String(run.owner), id, runId, callId, signal })
     const accepted = await answered
     if (accepted === 'timeout') {
+      // The owner may have taken the signal and its answer been lost on the way back: an approval
+      // it took is stored as the call's permission_decided. Without this look, the request was a
+      // 503 though the decision was applied, and its retry a 409.
+      if (signal.kind === 'approval') {
+        const decided = await this.#storedDecision(sessionId, runId, callId)
+        if (decided === signal.decision.decision) return
+        if (decided !== null) throw notAwaiting()
+      }
       throw new AgentError('UNAVAILABLE', `The process running call ${callId} did not answer; retry once its run has been taken over`, { callId })
     }
     if (!accepted) throw notAwaiting()
+  }
+
+  /** The decision stored for a call of the run ('allow' or 'deny'), or null when none is. */
+  async #storedDecision(sessionId: string, runId: string, callId: string): Promise<string | null> {
+    const events = await this.#store.listEvents(sessionId, { after: 0, types: ['permission_decided'] })
+    const decided = events.findLast((event) => event.runId === runId && (event.data as { callId?: unknown }).callId === callId)
+    return decided ? String((decided.data as { decision?: unknown }).decision) : null
   }
 
   async orphans(): Promise<Orphan[]> {
