@@ -7,3 +7,15 @@ export function wholeCharEnd(text: string, end: number): number {
   const last = text.charCodeAt(end - 1)
   return last >= 0xd800 && last <= 0xdbff ? end - 1 : end
 }
+
+/** A lone half of a surrogate pair: with the u flag a whole pair is one code point, never in this category. */
+const LONE_SURROGATE = /\p{Surrogate}/u
+
+/**
+ * Where the text's first lone surrogate is (in UTF-16 units), or -1 when it has none. The stores and
+ * the file system keep text as UTF-8, which has no such code point: Node writes U+FFFD in its place.
+ * (String.prototype.isWellFormed says whether, but is not in the es2023 lib this code compiles to.)
+ */
+export function loneSurrogateAt(text: string): number {
+  return LONE_SURROGATE.exec(text)?.index ?? -1
+}

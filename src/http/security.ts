@@ -3,6 +3,7 @@ import cors from '@fastify/cors'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
+import { loneSurrogateAt } from '../whole-chars.ts'
 import { ApiError, validationError } from './errors.ts'
 
 export interface SecurityOptions {
@@ -69,8 +70,7 @@ function decodeBody(raw: Buffer, contentType: string | undefined): string {
 }
 
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
-const wellFormed = (text: string) => !LONE_SURROGATE.test(text)
+const wellFormed = (text: string) => loneSurrogateAt(text) < 0
 
 /**
  * Where a parsed body holds a string (or key) with a lone surrogate; null when it holds none.

@@ -2,6 +2,7 @@ import { lstatSync, readlinkSync, realpathSync, statSync } from 'node:fs'
 import { mkdir, realpath, rm } from 'node:fs/promises'
 import path from 'node:path'
 import { makeFolders } from '../make-folders.ts'
+import { loneSurrogateAt } from '../whole-chars.ts'
 import { ToolFailure } from './tool-errors.ts'
 
 export interface ResolveOptions {
@@ -147,11 +148,8 @@ function namesAFolder(relPath: string, ending: string): ToolFailure {
  * found would be another than the one named. `field` is the argument's name, e.g. `path`.
  */
 export function refuseLoneSurrogate(field: string, value: string): void {
-  // With the u flag a whole pair is one code point: only a lone half is in the category Surrogate.
-  // (String.prototype.isWellFormed says as much, but is not in the es2023 lib this code compiles to.)
-  const lone = /\p{Surrogate}/u.exec(value)
-  if (lone === null) return
-  const index = lone.index
+  const index = loneSurrogateAt(value)
+  if (index < 0) return
   const unit = `\\u${value.charCodeAt(index).toString(16).padStart(4, '0')}`
   throw new ToolFailure(
     'VALIDATION_ERROR',
