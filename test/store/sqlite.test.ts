@@ -191,16 +191,23 @@ t.test('a checkpoint thread that cannot open the file is reported once, and the 
   t.same((await store.commit([{ type: 'event', event }])).map((e) => e.seq), [81], 'the store goes on')
 })
 
-t.test('under writes without a quiet moment, the WAL is still checkpointed every 200 commits', async (t) => {
+/**
+ * A store on a file with one session, whose quiet moment never comes (only commits can start a
+ * checkpoint), and how many events a copy of its database file alone holds.
+ */
+async function storeNeverIdle(t: TapTest, sessionId: string): Promise<{ store: SqliteStore; eventsInFile: () => number }> {
   const dir = tempDir(t)
   const path = join(dir, 'agentd.db')
-  // A quiet moment that never comes: only the count of commits can start a checkpoint.
   const store = new SqliteStore(path, { idleCheckpointMs: 3_600_000 })
   t.teardown(() => store.close())
   await store.migrate()
-  await store.createSession(testSession('ses_busy'))
+  await store.createSession(testSession(sessionId))
+  return { store, eventsInFile: () => rowsInFileCopy(path, join(dir, 'copy.db'), 'events') }
+}
+
+t.test('under writes without a quiet moment, the WAL is still checkpointed every 200 commits', async (t) => {
+  const { store, eventsInFile } = await storeNeverIdle(t, 'ses_busy')
   const event = monitorEvent('ses_busy')
-  const eventsInFile = (): number => rowsInFileCopy(path, join(dir, 'copy.db'), 'events')
   // The migrations and the session are commits too: 150 more stay under 200.
   for (let n = 1; n <= 150; n++) await store.commit([{ type: 'event', event }])
   await setTimeout(20)
@@ -212,14 +219,8 @@ t.test('under writes without a quiet moment, the WAL is still checkpointed every
 })
 
 t.test('large commits one after another have the WAL checkpointed by the thread well before SQLite would, inside a commit', async (t) => {
-  const dir = tempDir(t)
-  const path = join(dir, 'agentd.db')
-  const store = new SqliteStore(path, { idleCheckpointMs: 3_600_000 })
-  t.teardown(() => store.close())
-  await store.migrate()
-  await store.createSession(testSession('ses_large'))
+  const { store, eventsInFile } = await storeNeverIdle(t, 'ses_large')
   const event = monitorEvent('ses_large', 'tick', { text: 'x'.repeat(200) })
-  const eventsInFile = (): number => rowsInFileCopy(path, join(dir, 'copy.db'), 'events')
   // A fork's or a deletion's pieces: a dozen commits of thousands of rows each (each holds the loop
   // for milliseconds), ~2 000 pages in all. Counted one each they stayed far under 200 commits, and
   // the WAL grew until SQLite checkpointed it inside a commit (10 000 pages: 60-90 ms of the loop).
