@@ -17,7 +17,7 @@ import { metricsPlugin } from './http/metrics.ts'
 import { openApiPlugin, sharedSchemas } from './http/openapi.ts'
 import { rateLimitPlugin } from './http/rate-limit.ts'
 import { requestIdFor, requestIdPlugin } from './http/request-id.ts'
-import { pathOf, securityHeaders, securityPlugin, setSecurityHeaders } from './http/security.ts'
+import { corsHeaders, pathOf, securityHeaders, securityPlugin, setSecurityHeaders } from './http/security.ts'
 import { strictQueryPlugin } from './http/strict-query.ts'
 import { streamsPlugin } from './http/streams.ts'
 import { answeredOnSocket, traceLogMixin, traceRequest, tracedRequestLogger, tracingPlugin } from './http/tracing.ts'
@@ -242,7 +242,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
           'The request could not be read as HTTP/1.1')
       const reqId = newId('req')
       app.log.info({ reqId, res: { statusCode: error.statusCode }, code: err.code }, 'request refused: it could not be read')
-      if (socket.writable) socket.write(rawErrorAnswer(error, reqId, securityHeaders('', config.hstsMaxAge)))
+      // No request was read, so no Origin: only a '*' grant can be given (corsHeaders).
+      if (socket.writable) socket.write(rawErrorAnswer(error, reqId, { ...securityHeaders('', config.hstsMaxAge), ...corsHeaders(config.corsOrigins, null) }))
       socket.destroy(err)
     },
     // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
@@ -277,7 +278,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       if (raw.complete || raw.socket.destroyed) return
       request.log.info({ requestTimeoutMs }, 'request body too slow: closing the connection')
       const error = new ApiError('REQUEST_TIMEOUT', `The request body was not received within ${requestTimeoutMs} ms`)
-      raw.socket.end(rawErrorAnswer(error, request.id, securityHeaders(pathOf(request), config.hstsMaxAge)))
+      const headers = { ...securityHeaders(pathOf(request), config.hstsMaxAge), ...corsHeaders(config.corsOrigins, request.headers.origin) }
+      raw.socket.end(rawErrorAnswer(error, request.id, headers))
       raw.socket.destroySoon()
       answeredOnSocket(reply.code(408))
       answeredOutsideFastify(request, reply, reply.elapsedTime)

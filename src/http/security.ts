@@ -21,6 +21,26 @@ export const CORS_ALLOWED_HEADERS = ['Authorization', 'Content-Type', 'Idempoten
 /** Response headers a browser client may read cross-origin: every one the OpenAPI document declares. */
 export const CORS_EXPOSED_HEADERS = ['X-Request-Id', 'Retry-After', 'Idempotent-Replayed', 'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']
 
+/** The `origin` option of @fastify/cors for AGENTD_CORS_ORIGINS: '*' grants any origin, a list echoes the listed ones. */
+const corsOriginOption = (corsOrigins: readonly string[]): '*' | string[] => (corsOrigins.includes('*') ? '*' : [...corsOrigins])
+
+/**
+ * The CORS headers of an answer written on the socket (securityPlugin's @fastify/cors never sees
+ * it): the ones @fastify/cors, as registered there, gives an answer to a request from `origin`, so a
+ * browser client can read the error envelope. `null` when Node refused the connection before there
+ * was a request, so no Origin: under '*' the grant needs none; under a list of origins there is none
+ * to echo, and the answer stays unreadable to a browser (nothing is added).
+ */
+export function corsHeaders(corsOrigins: readonly string[], origin: string | null | undefined): Record<string, string> {
+  if (corsOrigins.length === 0) return {}
+  const option = corsOriginOption(corsOrigins)
+  const exposed = { 'access-control-expose-headers': CORS_EXPOSED_HEADERS.join(', ') }
+  if (option === '*') return { 'access-control-allow-origin': '*', ...exposed }
+  if (origin === null) return {}
+  // As @fastify/cors: Vary on every answer (it depends on the Origin), the grant only to a listed one.
+  return { vary: 'Origin', ...(origin !== undefined && option.includes(origin) ? { 'access-control-allow-origin': origin } : {}), ...exposed }
+}
+
 /** Responses are JSON or SSE: nothing in them may load, run, frame or submit anything. */
 const API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 /**
@@ -100,7 +120,7 @@ export const securityPlugin = fp(
   async (app: FastifyInstance, opts: SecurityOptions) => {
     if (opts.corsOrigins.length > 0) {
       await app.register(cors, {
-        origin: opts.corsOrigins.includes('*') ? '*' : [...opts.corsOrigins],
+        origin: corsOriginOption(opts.corsOrigins),
         methods: ['GET', 'HEAD', 'POST', 'DELETE'],
         allowedHeaders: CORS_ALLOWED_HEADERS,
         exposedHeaders: CORS_EXPOSED_HEADERS,

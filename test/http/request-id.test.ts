@@ -1,7 +1,7 @@
 import { connect } from 'node:net'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { assertRawEnvelope } from '../helpers/raw-http.ts'
+import { assertRawEnvelope, parseRawAnswer } from '../helpers/raw-http.ts'
 
 const GENERATED = /^req_[0-9A-Z]{26}$/
 
@@ -79,4 +79,28 @@ t.test('a request Node cannot read is answered with the error envelope (SPEC 5.2
   const tooLarge = assertRawEnvelope(t, await rawExchange(port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
     431, 'HEADERS_TOO_LARGE', false)
   t.match(tooLarge?.requestId, GENERATED)
+})
+
+t.test('a request Node cannot read has no Origin: under * its answer grants every origin, under a list of origins none can be echoed', async (t) => {
+  const tooLarge = `GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`
+  const answers = async (origins: string) => {
+    const { app } = await buildTestApp(t, { env: { AGENTD_CORS_ORIGINS: origins } })
+    const port = Number(new URL(await listen(app)).port)
+    return [await rawExchange(port, tooLarge), await rawExchange(port, 'NOT HTTP AT ALL\r\n\r\n')].map(parseRawAnswer)
+  }
+
+  const [any431, any400] = await answers('*')
+  t.equal(any431?.status, 431)
+  t.equal(any431?.headers['access-control-allow-origin'], '*', '431 under *: any origin may read it')
+  t.match(any431?.headers['access-control-expose-headers'], /^X-Request-Id, Retry-After, /, 'with its request ID readable')
+  t.equal(any400?.status, 400)
+  t.equal(any400?.headers['access-control-allow-origin'], '*', '400 under *: any origin may read it')
+
+  const [listed431] = await answers('https://app.example')
+  t.equal(listed431?.status, 431)
+  t.notOk(listed431?.headers['access-control-allow-origin'], 'a list of origins: no Origin was read, so none is echoed')
+
+  const [off431] = await answers('')
+  t.equal(off431?.status, 431)
+  t.same(Object.keys(off431?.headers ?? {}).filter((name) => name.startsWith('access-control-')), [], 'CORS off: no CORS header')
 })

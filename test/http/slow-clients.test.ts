@@ -1,7 +1,7 @@
 import { connect } from 'node:net'
 import t from 'tap'
 import { buildTestApp, listen } from '../helpers/app.ts'
-import { assertRawEnvelope } from '../helpers/raw-http.ts'
+import { assertRawEnvelope, parseRawAnswer } from '../helpers/raw-http.ts'
 import { readSse } from '../helpers/sse.ts'
 
 /** Sends `head`, then one byte of `trickle` every 100 ms; resolves with what came back and when the server closed. */
@@ -79,6 +79,39 @@ t.test('the 408s of headers and of a body too slow are the error envelope REQUES
   const bodyError = assertRawEnvelope(t, slowBody.answer, 408, 'REQUEST_TIMEOUT', true)
   t.equal(bodyError?.requestId, 'slow-env-1', 'body too slow: the client\'s request ID')
   t.match(slowBody.answer, /\r\ncache-control: no-store\r\n/i, 'a /v1 answer: not cached')
+})
+
+t.test('the 408 of a body too slow carries the CORS headers a browser needs to read it, as any answer does', async (t) => {
+  const ORIGIN = 'https://app.example'
+  const EXPOSED = 'X-Request-Id, Retry-After, Idempotent-Replayed, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset'
+  const slowBody = async (origins: string, origin: string) => {
+    const { app } = await buildTestApp(t, { env: { AGENTD_CORS_ORIGINS: origins }, app: { requestTimeoutMs: 300 } })
+    const port = Number(new URL(await listen(app)).port)
+    const { answer } = await trickle(port, `POST /v1/sessions HTTP/1.1\r\nHost: x\r\nOrigin: ${origin}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{`, ' ')
+    // What @fastify/cors sends on an answer Fastify gives, for the same request.
+    const normal = await app.inject({ method: 'GET', url: '/no/such/route', headers: { origin } })
+    const cors = (headers: Record<string, unknown>) => Object.fromEntries(Object.entries(headers).filter(([name]) => /^(access-control-|vary$)/.test(name)))
+    return { answer, headers: cors(parseRawAnswer(answer).headers), normal: cors(normal.headers) }
+  }
+
+  const listed = await slowBody(ORIGIN, ORIGIN)
+  t.match(listed.answer, /^HTTP\/1\.1 408 /)
+  t.equal(listed.headers['access-control-allow-origin'], ORIGIN, 'a listed origin is echoed')
+  t.equal(listed.headers['vary'], 'Origin', 'the answer depends on the Origin')
+  t.equal(listed.headers['access-control-expose-headers'], EXPOSED, 'X-Request-Id and Retry-After are readable')
+  t.same(listed.headers, listed.normal, 'the same CORS headers as a 404 Fastify answers')
+
+  const unlisted = await slowBody(ORIGIN, 'https://evil.example')
+  t.notOk(unlisted.headers['access-control-allow-origin'], 'an unlisted origin gets no grant')
+  t.same(unlisted.headers, unlisted.normal, 'the same CORS headers as a 404 Fastify answers')
+
+  const any = await slowBody('*', ORIGIN)
+  t.equal(any.headers['access-control-allow-origin'], '*', '* grants every origin')
+  t.same(any.headers, any.normal, 'the same CORS headers as a 404 Fastify answers')
+
+  const off = await slowBody('', ORIGIN)
+  t.match(off.answer, /^HTTP\/1\.1 408 /)
+  t.same(off.headers, {}, 'CORS off: no CORS header')
 })
 
 t.test('a client that leaves halfway through its body is not logged as a store failure', async (t) => {
