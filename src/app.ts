@@ -247,10 +247,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       socket.destroy(err)
     },
     // The router refuses some URLs (bad percent-encoding, a path parameter over maxParamLength)
-    // before any hook runs; they get the envelope and the request ID like every other error.
+    // before any hook runs; they get the envelope, the request ID and the CORS headers like every other error.
     frameworkErrors: (err, request, reply) => {
       reply.header('x-request-id', request.id)
       setSecurityHeaders(request, reply, config.hstsMaxAge)
+      // @fastify/cors runs as a hook too: without this a browser client could not read the envelope.
+      for (const [name, value] of Object.entries(corsHeaders(config.corsOrigins, request.headers.origin))) reply.header(name, value)
       traceRequest(tracing, request, reply)
       const started = performance.now()
       reply.raw.once('finish', () => answeredOutsideFastify(request, reply, performance.now() - started))

@@ -25,11 +25,12 @@ export const CORS_EXPOSED_HEADERS = ['X-Request-Id', 'Retry-After', 'Idempotent-
 const corsOriginOption = (corsOrigins: readonly string[]): '*' | string[] => (corsOrigins.includes('*') ? '*' : [...corsOrigins])
 
 /**
- * The CORS headers of an answer written on the socket (securityPlugin's @fastify/cors never sees
- * it): the ones @fastify/cors, as registered there, gives an answer to a request from `origin`, so a
- * browser client can read the error envelope. `null` when Node refused the connection before there
- * was a request, so no Origin: under '*' the grant needs none; under a list of origins there is none
- * to echo, and the answer stays unreadable to a browser (nothing is added).
+ * The CORS headers of an answer given outside Fastify's hooks (written on the socket, or a URL the
+ * router refused), which securityPlugin's @fastify/cors never sees: the ones @fastify/cors, as
+ * registered there, gives an answer to a request from `origin`, so a browser client can read the
+ * error envelope. `null` when Node refused the connection before there was a request, so no Origin:
+ * under '*' the grant needs none; under a list of origins there is none to echo, and the answer
+ * stays unreadable to a browser (nothing is added).
  */
 export function corsHeaders(corsOrigins: readonly string[], origin: string | null | undefined): Record<string, string> {
   if (corsOrigins.length === 0) return {}

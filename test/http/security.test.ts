@@ -196,6 +196,25 @@ t.test('CORS', async (t) => {
     t.same([...declared].filter((name) => !exposed.includes(name)), [], 'none is hidden from a cross-origin client')
   })
 
+  t.test('a URL the router refuses before any hook (400) carries the grant, as every answer does', async (t) => {
+    for (const origins of [ORIGIN, '*']) {
+      const { app } = await buildTestApp(t, { env: { AGENTD_CORS_ORIGINS: origins } })
+      const normal = await app.inject({ method: 'GET', url: '/no/such/route', headers: { origin: ORIGIN } })
+      for (const url of ['/v1/sessions/%E0%A4%A', `/v1/sessions/${'a'.repeat(300)}`]) {
+        const res = await app.inject({ method: 'GET', url, headers: { origin: ORIGIN } })
+        t.equal(res.statusCode, 400)
+        t.equal(res.headers['access-control-allow-origin'], origins === '*' ? '*' : ORIGIN, `${origins}: the grant`)
+        for (const name of ['access-control-allow-origin', 'access-control-expose-headers', 'vary']) {
+          t.equal(res.headers[name], normal.headers[name], `${origins}: ${name} as on a 404 Fastify answers`)
+        }
+      }
+    }
+    const { app } = await buildTestApp(t)
+    const off = await app.inject({ method: 'GET', url: '/v1/sessions/%E0%A4%A', headers: { origin: ORIGIN } })
+    t.equal(off.statusCode, 400)
+    t.notOk(off.headers['access-control-allow-origin'], 'CORS off: no grant')
+  })
+
   t.test('a malformed AGENTD_CORS_ORIGINS stops start-up, naming the variable', async (t) => {
     for (const bad of ['example.com', 'https://a.example/path', 'https://a.example, https://b.example']) {
       let problems: string[] = []
