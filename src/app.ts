@@ -96,6 +96,8 @@ export interface AppOptions {
   sseMaxBufferedBytes?: number
   /** How long a client may take to send a whole request, headers and body; default REQUEST_TIMEOUT_MS (tests shorten it). */
   requestTimeoutMs?: number
+  /** How long a signal waits for the run's owner in another process to answer (PostgreSQL); default 5 s (tests shorten it). */
+  signalTimeoutMs?: number
 }
 
 /**
@@ -302,7 +304,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   if (!options.store) app.addHook('onClose', async () => rawStore.close())
   const store = observeStore(rawStore, state, (operation, err) => log.error({ err, operation }, 'store call failed'))
   // One process on SQLite: in-process ports; several on PostgreSQL: shared ones (src/ports.ts).
-  const ports = await openPorts({ store: rawStore, readStore: store, redisUrl: config.redisUrl, runLeaseMs: config.runLeaseMs, log })
+  const ports = await openPorts({ store: rawStore, readStore: store, redisUrl: config.redisUrl, runLeaseMs: config.runLeaseMs, log, signalTimeoutMs: options.signalTimeoutMs })
   const { bus, coordinator } = ports
   const events = new EventLog(store, bus)
   app.addHook('onClose', async () => ports.close())

@@ -52,7 +52,11 @@ const channels = () => import('./events/cluster-channel.ts')
  * coordinator; processes on PostgreSQL share the database-backed coordinator and a bus whose
  * wake-ups travel over LISTEN/NOTIFY, or Redis pub/sub when AGENTD_REDIS_URL is set.
  */
-export async function openPorts(options: { store: Store; readStore: Store; redisUrl: string | undefined; runLeaseMs: number; log: Logger }): Promise<Ports> {
+export async function openPorts(options: {
+  store: Store; readStore: Store; redisUrl: string | undefined; runLeaseMs: number; log: Logger
+  /** How long a signal waits for the run's owner to answer (PostgresRunCoordinator); tests shorten it. */
+  signalTimeoutMs?: number
+}): Promise<Ports> {
   const { store, readStore, log } = options
   if (store.kind !== 'postgres') {
     const bus = new LocalEventBus()
@@ -90,7 +94,9 @@ export async function openPorts(options: { store: Store; readStore: Store; redis
   const bus = new SharedEventBus({
     store: readStore, channel, processId: ownerId, onError: (err) => log.warn({ err }, 'event fan-out between processes failed')
   })
-  const coordinator = new PostgresRunCoordinator({ ownerId, store: shared, bus, channel, leaseMs: options.runLeaseMs, logger: log })
+  const coordinator = new PostgresRunCoordinator({
+    ownerId, store: shared, bus, channel, leaseMs: options.runLeaseMs, logger: log, signalTimeoutMs: options.signalTimeoutMs
+  })
   let recovery: NodeJS.Timeout | undefined
   return {
     bus, coordinator, redis: redis ? { client: redis.client, namespace: `${postgres.name}:` } : null,

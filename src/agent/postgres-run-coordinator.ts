@@ -5,7 +5,7 @@ import type { ClusterChannel, ClusterMessage } from '../events/cluster-channel.t
 import { newId } from '../ids.ts'
 import type { PostgresStore } from '../store/postgres.ts'
 import { toRun } from '../store/rows.ts'
-import { SessionGoneError, type RunRecord, type SessionRecord } from '../store/store.ts'
+import { SessionGoneError, type RunRecord, type SessionRecord, type ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
 import type { CallSignal, Cancellation, ClaimedRun, OnBusy, Orphan, RunCoordinator, RunSignals } from './run-coordinator.ts'
 import { waitForRun } from './wait-for-run.ts'
@@ -15,6 +15,8 @@ type Row = Record<string, unknown>
 const UNFINISHED = `status NOT IN ('completed', 'failed', 'cancelled')`
 /** A run some process holds: executing, waiting on a person or a client, or just claimed. */
 const CLAIMED = `${UNFINISHED} AND owner IS NOT NULL`
+/** The states of a call that has its final outcome stored. */
+const ENDED_CALL: ReadonlySet<ToolCallRecord['state']> = new Set(['completed', 'failed', 'denied', 'sealed'])
 /** How long a process waits for a run's owner to take a signal before it says the owner is unavailable. */
 const SIGNAL_TIMEOUT_MS = 5000
 
@@ -211,7 +213,7 @@ export class PostgresRunCoordinator implements RunCoordinator {
     }
   }
 
-  async deliver(sessionId: string, callId: string, signal: CallSignal): Promise<void> {
+  async deliver(sessionId: string, callId: string, signal: CallSignal, endedWithThis?: (call: ToolCallRecord) => Promise<boolean>): Promise<void> {
     const what = signal.kind === 'approval' ? 'an approval' : 'a client tool result'
     const notAwaiting = () => new AgentError('NOT_AWAITING', `Call ${callId} is not waiting for ${what}`, { callId })
     const { rows } = await this.#store.pool.query<Row>(
@@ -246,6 +248,19 @@ export class PostgresRunCoordinator implements RunCoordinator {
         const decided = await this.#storedDecision(sessionId, runId, callId)
         if (decided === signal.decision.decision) return
         if (decided !== null) throw notAwaiting()
+      }
+      // A client's result it took is stored as the call's end: the same outcome answers as if
+      // delivered, another is a 409. The owner stores it only once the run has made the result the
+      // call's outcome: awaitClient commits the run's status change first, and postToolUse hooks
+      // run before the outcome commits. In between the call still reads 'executing' and nothing
+      // tells whose result the owner took, so that stays the 503 (retryable); should the owner
+      // answer the retry itself, it holds no waiting call by then and says NOT_AWAITING.
+      if (signal.kind === 'toolResult' && endedWithThis) {
+        const call = await this.#store.getToolCall(sessionId, callId)
+        if (call && call.runId === runId && ENDED_CALL.has(call.state)) {
+          if (await endedWithThis(call)) return
+          throw notAwaiting()
+        }
       }
       throw new AgentError('UNAVAILABLE', `The process running call ${callId} did not answer; retry once its run has been taken over`, { callId })
     }

@@ -1,4 +1,4 @@
-import type { RunRecord, SessionRecord } from '../store/store.ts'
+import type { RunRecord, SessionRecord, ToolCallRecord } from '../store/store.ts'
 
 export type OnBusy = 'reject' | 'enqueue' | 'interrupt'
 
@@ -84,8 +84,13 @@ export interface RunCoordinator {
   release(run: RunRecord, ended: boolean): Promise<void>
   /** Cancels the session's runs (all of them, or the first `limit` in order): queued ones are dequeued, running ones signalled. */
   cancel(sessionId: string, options?: { onlyFirst?: boolean }): Promise<Cancellation>
-  /** Hands a decision or a client result to the run waiting on that call. Throws NOT_AWAITING when none does. */
-  deliver(sessionId: string, callId: string, signal: CallSignal): Promise<void>
+  /**
+   * Hands a decision or a client result to the run waiting on that call. Throws NOT_AWAITING when
+   * none does. `endedWithThis` tells, for a client result, whether a call that no longer waits was
+   * ended by this result (the session's tools make the outcome): when the run's owner in another
+   * process took the signal but its answer was lost, the stored call answers instead.
+   */
+  deliver(sessionId: string, callId: string, signal: CallSignal, endedWithThis?: (call: ToolCallRecord) => Promise<boolean>): Promise<void>
   /** Runs left unfinished by owners that are gone, oldest first; each is handed over to the caller once. */
   orphans(): Promise<Orphan[]>
   /** Puts an orphaned run that never started back in its session's queue (in the order it was accepted). */

@@ -12,6 +12,7 @@ import type { RetryPolicy } from './retry.ts'
 import type { ApprovalDecision, CallSignal, ClientToolResult, OnBusy, RunCoordinator } from './run-coordinator.ts'
 import { RunContext } from './run-context.ts'
 import { endRun } from './run-end.ts'
+import { clientOutcome, endedWith } from './tool-call.ts'
 import { RunExecution, serviceFailure, ServiceShutdown, type ExecuteTool, type RunDependencies } from './run-execution.ts'
 import type { SessionToolSet } from '../tools/tool-set.ts'
 
@@ -193,7 +194,13 @@ export class RunManager {
 
   /** Hands the result of a client-side tool call to the run waiting on it. */
   async submitToolResult(sessionId: string, callId: string, result: ClientToolResult): Promise<void> {
-    await this.#options.coordinator.deliver(sessionId, callId, { kind: 'toolResult', result })
+    // Whether the call's stored end is this result's outcome, made as the run makes it (clientOutcome).
+    const endedWithThis = async (call: ToolCallRecord) => {
+      const session = await this.#options.store.getSessionById(sessionId)
+      const tool = session ? (await this.#options.resolveTools(session)).get(call.name) : undefined
+      return tool?.kind === 'client' && endedWith(call, clientOutcome(tool, result))
+    }
+    await this.#options.coordinator.deliver(sessionId, callId, { kind: 'toolResult', result }, endedWithThis)
   }
 
   /** Ends the queued runs this process must, gives its running ones up to graceMs, then interrupts them. */

@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util'
 import { newId } from '../ids.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
@@ -218,16 +219,30 @@ async function awaitClient(
   ])
   const answer = await hooks.waitForToolResult(record, ctx.signal)
   await ctx.setStatus('running')
+  return clientOutcome(tool, answer)
+}
+
+/** A client tool call's outcome from what the client posted: its output as the tool's (outcomeOf), or the error it reported. */
+export function clientOutcome(tool: Extract<SessionTool, { kind: 'client' }>, answer: ClientToolResult): ToolOutcome {
   if ('error' in answer) {
     return {
       ok: false,
       error: classified({
-        errorType: 'runtime', code: 'UNKNOWN', message: `The client's ${record.name} failed: ${answer.error}`,
-        recommendations: [`The client reported an error from ${record.name}; check its input or try another way.`]
+        errorType: 'runtime', code: 'UNKNOWN', message: `The client's ${tool.name} failed: ${answer.error}`,
+        recommendations: [`The client reported an error from ${tool.name}; check its input or try another way.`]
       })
     }
   }
   return tool.outcomeOf(answer.output)
+}
+
+/**
+ * Whether a stored call ended with this outcome (runToolCall stores a call's outcome so): completed
+ * with the same result, as the store gives it back (JSON), or failed with the same error message.
+ */
+export function endedWith(call: ToolCallRecord, outcome: ToolOutcome): boolean {
+  if (outcome.ok) return call.state === 'completed' && isDeepStrictEqual(call.result, JSON.parse(JSON.stringify(outcome.result) ?? 'null'))
+  return call.state === 'failed' && call.error?.message === outcome.error.message
 }
 
 /** Gives an unfinished call its final, sealed result so the history never holds a call without an answer. */
