@@ -4,7 +4,7 @@ import type { EventBus } from '../events/event-bus.ts'
 import type { ClusterChannel, ClusterMessage } from '../events/cluster-channel.ts'
 import { newId } from '../ids.ts'
 import type { PostgresStore } from '../store/postgres.ts'
-import { toRun } from '../store/rows.ts'
+import { insertRun, toRun } from '../store/rows.ts'
 import { SessionGoneError, type RunRecord, type SessionRecord, type ToolCallRecord } from '../store/store.ts'
 import { AgentError } from './agent-error.ts'
 import type { CallSignal, Cancellation, ClaimedRun, OnBusy, Orphan, RunCoordinator, RunSignals } from './run-coordinator.ts'
@@ -100,10 +100,8 @@ export class PostgresRunCoordinator implements RunCoordinator {
           activeRunId: state.busy_with
         })
       }
-      await client.query(`INSERT INTO runs (id, session_id, tenant, status, request_id, steps, usage, error, message_id, input, created_at,
-          started_at, ended_at, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-      [run.id, run.sessionId, session.tenant, run.status, run.requestId, run.steps, JSON.stringify(run.usage), JSON.stringify(run.error),
-        run.messageId, run.input, run.createdAt, run.startedAt, run.endedAt, run.traceparent ?? null])
+      const insert = insertRun(run, session.tenant)
+      await client.query(insert.sql, insert.params)
       // Then the tenant's count, this run included, taken once the tenant's lock is held: each
       // admission on every process counts every one that held the lock before it and committed,
       // and holds the lock only for this count and its commit. (Counted without the lock below

@@ -2,7 +2,7 @@ import pg from 'pg'
 import { postgresMigrations } from './postgres-migrations.ts'
 import { PgTextClient, toPgText } from './postgres-text.ts'
 import { unansweredCalls } from './history.ts'
-import { json, MOST_TOKENS, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
+import { insertRun, json, MOST_TOKENS, parse, sessionParams, toEvent, toMessage, toRun, toSession, toToolCall, type Row } from './rows.ts'
 import { StoreClosedError } from './sqlite.ts'
 import { SessionGoneError, storeUnavailable, TenantFullError, withDataJson } from './store.ts'
 import type {
@@ -643,18 +643,8 @@ function prepareWrite(write: StoreWrite): PreparedWrite {
         params: (atSeq) => [m.id, m.sessionId, m.runId, m.role, m.content, toolCalls, m.toolCallId ?? null, atSeq, m.createdAt, m.replacesMessages ?? null]
       }
     }
-    case 'newRun': {
-      const r = write.run
-      return {
-        kind: 'statement',
-        sql: `INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at, started_at, ended_at, traceparent)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-        params: [
-          r.id, r.sessionId, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt, r.endedAt,
-          r.traceparent ?? null
-        ]
-      }
-    }
+    case 'newRun':
+      return { kind: 'statement', ...insertRun(write.run, null) }
     case 'run':
       return { kind: 'statement', ...runUpdate(write.id, write.patch) }
     case 'session': {

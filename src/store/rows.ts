@@ -77,6 +77,24 @@ export function toMessage(row: Row): MessageRecord {
   return message
 }
 
+/**
+ * A new run's INSERT on PostgreSQL, for the store's own write and the run coordinator's admission:
+ * one list of columns, so that a column added to runs is added here for both (SQLite's INSERT is
+ * its own, in sqlite.ts). tenant: the session's, which the coordinator's admission counts
+ * (agentd_tenant_runs); null from the store's write, whose run records do not carry it. Here
+ * rather than in postgres.ts: the coordinator is loaded by SQLite processes too, which never load `pg`.
+ */
+export function insertRun(r: RunRecord, tenant: string | null): { sql: string; params: Array<string | number | null> } {
+  return {
+    sql: `INSERT INTO runs (id, session_id, tenant, status, request_id, steps, usage, error, message_id, input, created_at, started_at, ended_at,
+        traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+    params: [
+      r.id, r.sessionId, tenant, r.status, r.requestId, r.steps, json(r.usage), json(r.error), r.messageId, r.input, r.createdAt, r.startedAt,
+      r.endedAt, r.traceparent ?? null
+    ]
+  }
+}
+
 export function toRun(row: Row): RunRecord {
   return {
     id: String(row.id),
