@@ -5,6 +5,7 @@ import { truncateUtf8 } from '../tools/output.ts'
 import { capResult } from '../tools/runtime.ts'
 import { toModelToolResult } from '../tools/tool-errors.ts'
 import { retryDelayMs, sleep, type RetryPolicy } from '../agent/retry.ts'
+import { toRunView } from '../routes/views.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { EventChannel, NewEvent, RunRecord } from '../store/store.ts'
 import { hookCovers, type HookDefinition, type HookEvent } from './config.ts'
@@ -167,10 +168,8 @@ export class HookRunner {
    * process lives, retried with full-jitter backoff, the same deliveryId on every attempt.
    */
   runEnd(run: RunRecord, tenant: string): void {
-    const view = {
-      id: run.id, sessionId: run.sessionId, status: run.status, requestId: run.requestId, steps: run.steps,
-      usage: run.usage, error: run.error, startedAt: run.startedAt, endedAt: run.endedAt
-    }
+    // The run as the API shows it (README: `run: Run`).
+    const view = toRunView(run)
     for (const hook of this.#matching('runEnd')) {
       const delivery = this.#deliverRunEnd(hook, run, { sessionId: run.sessionId, tenant, run: view })
       this.#pending.add(delivery)
