@@ -45,7 +45,7 @@ export async function resolveInWorkspace(root: string, relPath: string, options:
   // A folder named so, that is a file: not listed, searched or globbed in as the file. ("." and a
   // path ending in ".." resolve to a folder whatever they follow: no stat for fs_list's default ".")
   if ((folderEnd === '/' || folderEnd === '/.') && resolved.exists && !statSync(resolved.path).isDirectory()) {
-    throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' }, { retryable: false })
+    throw notDirectory(relPath)
   }
   // A path no file system call could take (one to be made, below a real parent) is a bad argument, not an I/O failure.
   if (Buffer.byteLength(resolved.path) > MAX_PATH_BYTES || resolved.path.split(path.sep).some((name) => Buffer.byteLength(name) > MAX_NAME_BYTES)) {
@@ -131,6 +131,11 @@ export function folderSyntax(relPath: string): string | undefined {
   const last = relPath.slice(relPath.lastIndexOf('/') + 1)
   if (last !== '.' && last !== '..') return undefined
   return relPath.includes('/') ? `/${last}` : last
+}
+
+/** A path the tool takes as a folder names a file: no retry makes a file a folder. */
+export function notDirectory(relPath: string): ToolFailure {
+  return new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' }, { retryable: false })
 }
 
 /** A file tool was given a path that names a folder: no retry of the same argument can name a file. */

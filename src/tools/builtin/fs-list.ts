@@ -3,9 +3,8 @@ import { lstat } from 'node:fs/promises'
 import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import { fitListResult } from '../output.ts'
-import { ToolFailure } from '../tool-errors.ts'
 import type { Tool } from '../types.ts'
-import { resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
+import { notDirectory, resolveInWorkspace, toWorkspacePath, workspaceRoot } from '../workspace.ts'
 import { recommendFsFailure } from './fs-failures.ts'
 
 const Parameters = Type.Object(
@@ -82,8 +81,7 @@ export function createFsListTool(opts: { maxEntries: number; maxBytes: number })
         // The path is real (no links left), so reading it as a folder tells whether it is one.
         const children = (await readFolder(current).catch((err: NodeJS.ErrnoException) => {
           if (err.code === 'ENOTDIR' && current === dir) {
-            // No retry makes a file a folder.
-            throw new ToolFailure('IO_ERROR', `"${relPath}" is not a directory.`, { path: relPath, reason: 'not_directory' }, { retryable: false })
+            throw notDirectory(relPath)
           }
           // A sub-folder removed since it was listed, or named in bytes that are not UTF-8 (read as
           // UTF-8, its name leads nowhere): it is listed, not entered, and the listing goes on.
