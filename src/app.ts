@@ -254,7 +254,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       reply.header('x-request-id', request.id)
       setSecurityHeaders(request, reply, config.hstsMaxAge)
       // @fastify/cors runs as a hook too: without this a browser client could not read the envelope.
-      for (const [name, value] of Object.entries(corsHeaders(config.corsOrigins, request.headers.origin))) reply.header(name, value)
+      reply.headers(corsHeaders(config.corsOrigins, request.headers.origin))
       traceRequest(tracing, request, reply)
       const started = performance.now()
       reply.raw.once('finish', () => answeredOutsideFastify(request, reply, performance.now() - started))
