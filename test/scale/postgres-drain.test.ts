@@ -1,4 +1,5 @@
 import { join } from 'node:path'
+import pg from 'pg'
 import t from 'tap'
 import { startDevModel } from '../../src/model/dev-model.ts'
 import { tempDir } from '../helpers/app.ts'
@@ -14,8 +15,9 @@ t.test('SIGTERM on PostgreSQL: a ?wait=true request for a run left queued is ans
   const devModel = await startDevModel({ host: '127.0.0.1', port: 0 })
   t.teardown(() => devModel.close())
   const dir = tempDir(t)
+  const databaseUrl = schemaUrl(await withSchema(t))
   const env = {
-    DATABASE_URL: schemaUrl(await withSchema(t)), AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
+    DATABASE_URL: databaseUrl, AGENTD_WORKSPACES: join(dir, 'ws'), OPENAI_BASE_URL: devModel.url, OPENAI_API_KEY: 'x',
     AGENTD_SHUTDOWN_GRACE_MS: '500', AGENTD_RUN_LEASE_MS: '1500'
   }
   const server = await startServer(env, 30_000)
@@ -31,7 +33,14 @@ t.test('SIGTERM on PostgreSQL: a ?wait=true request for a run left queued is ans
   const body = { content: 'after it', onBusy: 'enqueue' }
   const waiting = post(server.url, `/v1/sessions/${session.id}/messages?wait=true`, body, key)
     .then(async (res) => ({ status: res.status, json: await res.json() as any }), (err: Error) => err)
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  // Its run is admitted (queued behind the hanging one) before the signal: the client cannot see
+  // a queued run until its POST is answered, so the test reads the table. A fixed 300 ms sleep here
+  // let a loaded machine send SIGTERM before the request had been read.
+  const db = new pg.Client({ connectionString: databaseUrl })
+  await db.connect()
+  t.teardown(() => db.end())
+  await until(async () => (await db.query(`SELECT 1 FROM runs WHERE session_id = $1 AND status = 'queued'`, [session.id])).rowCount,
+    10_000, 'the second run to be admitted')
 
   server.child.kill('SIGTERM')
   const answer = await waiting
