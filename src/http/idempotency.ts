@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Store } from '../store/store.ts'
+import { wantsEventStream } from './accept.ts'
 import { ApiError, validationError } from './errors.ts'
 
 declare module 'fastify' {
@@ -102,7 +103,7 @@ export const idempotencyPlugin = fp(
         const body = outcome.body as Partial<StreamedAnswer> | null
         if (body && typeof body === 'object' && body.stream) {
           const answer = body as StreamedAnswer
-          if ((request.headers.accept ?? '').includes('text/event-stream')) {
+          if (wantsEventStream(request.headers.accept, false)) {
             // The run's events went with its session: their stream would wait for a `done` that never comes.
             const { sessionId } = answer.stream
             if (!(await store.getSession(request.tenant, sessionId))) throw new ApiError('SESSION_NOT_FOUND', `No session ${sessionId}`)

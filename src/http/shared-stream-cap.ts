@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Redis } from 'ioredis'
+import { wantsEventStream } from './accept.ts'
 import { ApiError } from './errors.ts'
 
 export interface SharedStreamCapOptions {
@@ -30,10 +31,9 @@ return 1`
 
 /** The requests that open an event stream: GET …/events (unless JSON only) and POST …/messages with Accept: text/event-stream. */
 function opensStream(request: FastifyRequest): boolean {
-  const accept = (request.headers.accept ?? '').toLowerCase()
   const url = request.routeOptions.url
-  if (request.method === 'GET' && url === '/v1/sessions/:id/events') return !(accept.includes('application/json') && !accept.includes('text/event-stream'))
-  return request.method === 'POST' && url === '/v1/sessions/:id/messages' && accept.includes('text/event-stream')
+  if (request.method === 'GET' && url === '/v1/sessions/:id/events') return wantsEventStream(request.headers.accept, true)
+  return request.method === 'POST' && url === '/v1/sessions/:id/messages' && wantsEventStream(request.headers.accept, false)
 }
 
 /**

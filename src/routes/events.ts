@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { SSE_HEADERS } from '../events/sse.ts'
+import { wantsEventStream } from '../http/accept.ts'
 import { ApiError } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import { EventSchema, EventsHeadersSchema, EventsQuerySchema } from '../schemas/events.ts'
@@ -55,9 +56,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
     const channels = query.channels?.split(',') as EventChannel[] | undefined
     const types = query.types?.split(',')
-    const accept = (request.headers.accept ?? '').toLowerCase()
-
-    if (accept.includes('application/json') && !accept.includes('text/event-stream')) {
+    if (!wantsEventStream(request.headers.accept, true)) {
       const data = await store.listEvents(session.id, {
         after, limit: query.limit ?? 100, ...(channels ? { channels } : {}), ...(types ? { types } : {})
       })

@@ -1,6 +1,7 @@
 import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { snapshot } from '../agent/tool-call.ts'
+import { wantsEventStream } from '../http/accept.ts'
 import { ApiError, apiError, validationError } from '../http/errors.ts'
 import { answer, errorResponses, ref } from '../schemas/common.ts'
 import {
@@ -9,7 +10,7 @@ import {
   PostMessageHeadersSchema, PostMessageQuerySchema, RunParamsSchema, RunSchema, ToolResultBodySchema
 } from '../schemas/messages.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
-import { lastAssistantMessage, sessionOr404, toMessageView, toRunView, wantsEventStream } from './views.ts'
+import { lastAssistantMessage, sessionOr404, toMessageView, toRunView } from './views.ts'
 
 const badCursor = () => validationError([{ field: 'querystring.cursor', message: 'is not a valid cursor', keyword: 'cursor' }],
   'cursor is not a nextCursor this API returned for this session')
@@ -46,7 +47,7 @@ export const messageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }
   }, async (request, reply) => {
     const session = await sessionOr404(store, request.tenant, request.params.id)
-    const streaming = wantsEventStream(request.headers.accept)
+    const streaming = wantsEventStream(request.headers.accept, false)
     // Refuse before the run exists: a 429 must not leave a run the client cannot watch.
     if (streaming) app.streams.assertCapacity(request.keyId)
     const { message, run } = await runs.submit({

@@ -53,6 +53,3 @@ export async function lastAssistantMessage(store: Store, sessionId: string, user
 export async function bodyDefaultsToEmpty(request: FastifyRequest): Promise<void> {
   request.body ??= {}
 }
-
-/** True when the client asked for Server-Sent Events. */
-export const wantsEventStream = (accept: string | undefined) => (accept ?? '').toLowerCase().includes('text/event-stream')
