@@ -90,6 +90,18 @@ function decodeBody(raw: Buffer, contentType: string | undefined): string {
   }
 }
 
+/**
+ * Refuses a body sent with a Content-Encoding other than identity (RFC 9110 §8.4.1: 415). agentd
+ * decodes none: gzip bytes would be answered as "not valid UTF-8", and a mislabelled body that
+ * parses as JSON would be taken for the one the client meant; inflating would also let a small
+ * body grow past AGENTD_BODY_LIMIT.
+ */
+function refuseContentCoding(header: string | undefined): void {
+  const codings = (header ?? '').split(',').map((coding) => coding.trim().toLowerCase()).filter((coding) => coding !== '' && coding !== 'identity')
+  if (codings.length === 0) return
+  throw new ApiError('UNSUPPORTED_MEDIA_TYPE', `Content-Encoding: ${codings.join(', ')} is not one agentd decodes; send the body uncompressed`)
+}
+
 const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/
 const wellFormed = (text: string) => loneSurrogateAt(text) < 0
 
@@ -141,6 +153,7 @@ export const securityPlugin = fp(
       if ((raw as Buffer).length === 0) return done(null, undefined)
       let body: string
       try {
+        refuseContentCoding(request.headers['content-encoding'])
         body = decodeBody(raw as Buffer, request.headers['content-type'])
       } catch (err) {
         return done(err as ApiError, undefined)

@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib'
 import t from 'tap'
 import { API_ERRORS } from '../../src/http/errors.ts'
 import { buildTestApp, type TapTest } from '../helpers/app.ts'
@@ -106,6 +107,19 @@ t.test('every kind of failure answers with the envelope', async (t) => {
     const res = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json; charset=klingon' }, payload: '{}' })
     const error = assertEnvelope(t, res, 415, 'UNSUPPORTED_MEDIA_TYPE')
     t.match(error.message, /charset=klingon/, 'names the charset')
+  })
+
+  t.test('a compressed body is 415 naming its Content-Encoding, not read as if it were plain JSON', async (t) => {
+    const json = '{"metadata":{"a":"1"}}'
+    const gzipped = await app.inject({
+      method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: gzipSync(json)
+    })
+    t.match(assertEnvelope(t, gzipped, 415, 'UNSUPPORTED_MEDIA_TYPE').message, /Content-Encoding: gzip/, 'not "not valid UTF-8"')
+    // Bytes that happen to parse as JSON must not be taken for the body the client meant.
+    const mislabelled = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json', 'content-encoding': 'br' }, payload: json })
+    assertEnvelope(t, mislabelled, 415, 'UNSUPPORTED_MEDIA_TYPE')
+    const identity = await app.inject({ method: 'POST', url: '/v1/sessions', headers: { 'content-type': 'application/json', 'content-encoding': 'identity' }, payload: json })
+    t.equal(identity.statusCode, 201, 'identity is no coding at all')
   })
 
   t.test('an unsupported media type', async (t) => {
