@@ -77,7 +77,8 @@ export interface OpenEventStream {
 const REPLAY_PAGE = 500
 /** A batch of live frames is written once it holds this much, without waiting for the rest of its publication. */
 const MAX_BATCH_BYTES = 32 * 1024
-const RETRY_FRAME = Buffer.from('retry: 2000\n\n')
+/** The first frame of every event stream (SPEC 4). */
+export const RETRY_FRAME = Buffer.from('retry: 2000\n\n')
 /** How long a run's stream with nothing to send yet holds its head back for its first events (a run queued behind another). */
 const HEAD_WAIT_MS = 20
 const PING_FRAME = Buffer.from(': ping\n\n')

@@ -75,6 +75,18 @@ export function validationError(fields: FieldProblem[], message?: string): ApiEr
   return new ApiError('VALIDATION_ERROR', message ?? `Invalid request: ${named}`, { fields: shown, ...(more > 0 ? { moreFields: more } : {}) })
 }
 
+/**
+ * The 400 for a resume point (`field`: Last-Event-ID or ?after) beyond the session's last event.
+ * Events are numbered without gaps and stored before anyone sees them, so no client can have
+ * seen that seq: resuming from it would silently skip the next events up to it.
+ */
+export function resumeBeyondLastEvent(field: string, after: number, lastSeq: number): ApiError {
+  return new ApiError('VALIDATION_ERROR', `${field} ${after} is beyond the session's last event (${lastSeq}); resume from at most ${lastSeq}`, {
+    fields: [{ field, message: `must be at most the session's lastSeq (${lastSeq})`, keyword: 'maximum' }],
+    lastSeq
+  })
+}
+
 /** Shorthand for `new ApiError(...)`. */
 export const apiError = (code: ApiErrorCode, message?: string, details?: Record<string, unknown>) =>
   new ApiError(code, message, details)

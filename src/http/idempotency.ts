@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import { isFinal } from '../agent/wait-for-run.ts'
+import { RETRY_FRAME, SSE_HEADERS } from '../events/sse.ts'
 import type { Store } from '../store/store.ts'
 import { wantsEventStream } from './accept.ts'
-import { ApiError, validationError } from './errors.ts'
+import { ApiError, resumeBeyondLastEvent, validationError } from './errors.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -37,6 +39,18 @@ const fingerprintOf = (request: FastifyRequest, replacer?: (key: string, value: 
   createHash('sha256')
     .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null], replacer))
     .digest('hex')
+
+/**
+ * Whether the run's done is at or before seq `after`. A run the store holds as ended has its done
+ * (they commit together), and a session's runs go one at a time, so the first done after `after`
+ * is this run's unless the client has seen it.
+ */
+async function doneSeen(store: Store, stream: StreamedAnswer['stream'], after: number): Promise<boolean> {
+  const run = await store.getRun(stream.sessionId, stream.runId)
+  if (!run || !isFinal(run.status)) return false
+  const [next] = await store.listEvents(stream.sessionId, { after, types: ['done'], limit: 1 })
+  return next?.runId !== stream.runId
+}
 
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000
 /**
@@ -106,11 +120,16 @@ export const idempotencyPlugin = fp(
           if (wantsEventStream(request.headers.accept, false)) {
             // The run's events went with its session: their stream would wait for a `done` that never comes.
             const { sessionId } = answer.stream
-            if (!(await store.getSession(request.tenant, sessionId))) throw new ApiError('SESSION_NOT_FOUND', `No session ${sessionId}`)
+            const session = await store.getSession(request.tenant, sessionId)
+            if (!session) throw new ApiError('SESSION_NOT_FOUND', `No session ${sessionId}`)
             // A client that reconnects by sending the same POST again (fetch-event-source does) says
             // where it got to (the route's schema checked the header): it must not get that again.
             const after = Number(request.headers['last-event-id'] ?? 0)
+            if (after > session.lastSeq) throw resumeBeyondLastEvent('headers.last-event-id', after, session.lastSeq)
             reply.header('idempotent-replayed', 'true')
+            // One that got as far as the run's done has had the whole stream: a stream from there
+            // would wait for a done that has passed, open until the client gives up.
+            if (await doneSeen(store, answer.stream, after)) return reply.status(200).headers(SSE_HEADERS).send(RETRY_FRAME)
             opts.replayStream(request, reply, answer, after)
             return reply
           }

@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { SSE_HEADERS } from '../events/sse.ts'
 import { wantsEventStream } from '../http/accept.ts'
-import { ApiError } from '../http/errors.ts'
+import { resumeBeyondLastEvent } from '../http/errors.ts'
 import { errorResponses, ref } from '../schemas/common.ts'
 import { EventSchema, EventsHeadersSchema, EventsQuerySchema } from '../schemas/events.ts'
 import { SessionParamsSchema } from '../schemas/sessions.ts'
@@ -46,13 +46,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox = async (app) => {
     const lastEventId = request.headers['last-event-id']
     const after = lastEventId === undefined ? query.after ?? 0 : Number(lastEventId)
     if (after > session.lastSeq) {
-      // Events are numbered without gaps and stored before anyone sees them, so no client can
-      // have seen this seq: resuming from it would silently skip the next events up to it.
-      const field = lastEventId === undefined ? 'querystring.after' : 'headers.last-event-id'
-      throw new ApiError('VALIDATION_ERROR', `${field} ${after} is beyond the session's last event (${session.lastSeq}); resume from at most ${session.lastSeq}`, {
-        fields: [{ field, message: `must be at most the session's lastSeq (${session.lastSeq})`, keyword: 'maximum' }],
-        lastSeq: session.lastSeq
-      })
+      throw resumeBeyondLastEvent(lastEventId === undefined ? 'querystring.after' : 'headers.last-event-id', after, session.lastSeq)
     }
     const channels = query.channels?.split(',') as EventChannel[] | undefined
     const types = query.types?.split(',')

@@ -144,3 +144,28 @@ t.test("a streamed POST sent again with Last-Event-ID (a client reconnecting) ge
   const bad = await send({ 'last-event-id': 'later' })
   t.equal(bad.status, 400, 'a malformed Last-Event-ID is a 400, as on the events route')
 })
+
+t.test("a streamed POST sent again with the Last-Event-ID of its run's done ends at once; one beyond the last event is a 400", async (t) => {
+  const { app } = await buildTestApp(t)
+  const base = await listen(app)
+  const session = (await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: [] } })).json()
+  const send = (headers: Record<string, string> = {}) => readSse(`${base}/v1/sessions/${session.id}/messages`, {
+    method: 'POST', headers: { 'idempotency-key': 'stream-seen-all', ...headers }, body: { content: 'hi' }, timeoutMs: 2000
+  })
+  const first = await send()
+  const done = first.events.at(-1)
+  t.equal(done?.type, 'done')
+  // A later run's events follow in the session: they are not this run's, and its done has been seen.
+  const later = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'later' } })
+  t.equal(later.statusCode, 200)
+  const seenAll = await send({ 'last-event-id': String(done?.seq) })
+  t.equal(seenAll.status, 200)
+  t.equal(seenAll.headers['idempotent-replayed'], 'true')
+  t.ok(seenAll.endedByServer, 'the stream ends, not waiting for a done that has passed')
+  t.same(seenAll.events, [], 'nothing again')
+  const lastSeq = (await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}` })).json().lastSeq
+  const beyond = await send({ 'last-event-id': String(lastSeq + 1) })
+  t.equal(beyond.status, 400, 'as on the events route: no client can have seen that seq')
+  t.equal(JSON.parse(beyond.body).error.details.lastSeq, lastSeq)
+  t.equal(app.streams.count, 0, 'no stream is left open')
+})
