@@ -134,11 +134,15 @@ function toApiError(err: FastifyError): ApiError {
   if (err instanceof AgentError) return new ApiError(err.code, err.message, err.details)
   if (err.validation) {
     const fields = err.validation.map((issue) => {
-      const missing = issue.keyword === 'required' ? `/${String((issue.params as { missingProperty?: string }).missingProperty)}` : ''
-      const path = `${err.validationContext ?? 'body'}${issue.instancePath}${missing}`.replace(/\//g, '.')
+      const params = issue.params as { missingProperty?: string; additionalProperty?: string; allowedValues?: unknown[] }
+      // ajv reports a missing or an unknown property at its parent; the field is the property itself
+      // (a typo such as `modle` must be named, not "body must NOT have additional properties").
+      const unknown = issue.keyword === 'additionalProperties' ? params.additionalProperty : undefined
+      const property = issue.keyword === 'required' ? params.missingProperty : unknown
+      const path = `${err.validationContext ?? 'body'}${issue.instancePath}${property === undefined ? '' : `/${property}`}`.replace(/\//g, '.')
       // ajv's enum message ("must be equal to one of the allowed values") does not say which ones.
-      const allowed = issue.keyword === 'enum' ? (issue.params as { allowedValues?: unknown[] }).allowedValues : undefined
-      const message = allowed ? `must be one of: ${allowed.join(', ')}` : (issue.message ?? 'is invalid')
+      const allowed = issue.keyword === 'enum' ? params.allowedValues : undefined
+      const message = allowed ? `must be one of: ${allowed.join(', ')}` : unknown !== undefined ? 'is not a known field' : (issue.message ?? 'is invalid')
       return { field: path, message, keyword: issue.keyword }
     })
     return validationError(fields)

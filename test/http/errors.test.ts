@@ -36,8 +36,18 @@ t.test('every kind of failure answers with the envelope', async (t) => {
     const fields = error.details.fields.map((f: { field: string }) => f.field)
     t.ok(fields.includes('body.model'), 'names body.model')
     t.ok(fields.includes('body.limits.maxSteps'), 'names body.limits.maxSteps')
-    t.ok(fields.some((f: string) => f === 'body'), 'names the unexpected property at body')
+    t.ok(fields.includes('body.unexpected'), 'names the unexpected property')
     t.equal(error.retryable, false)
+  })
+
+  t.test('a property the route does not know is named, in the body, nested, and in the query string', async (t) => {
+    const typo = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { modle: 'x', limits: { maxStep: 3 } } })
+    const error = assertEnvelope(t, typo, 400, 'VALIDATION_ERROR')
+    t.same(error.details.fields.map((f: { field: string }) => f.field), ['body.modle', 'body.limits.maxStep'])
+    t.match(error.message, /body\.modle .*body\.limits\.maxStep/, 'the message names them too')
+    const session = (await app.inject({ method: 'POST', url: '/v1/sessions' })).json()
+    const query = await app.inject({ method: 'GET', url: `/v1/sessions/${session.id}/events?aftr=3`, headers: { accept: 'application/json' } })
+    t.same(assertEnvelope(t, query, 400, 'VALIDATION_ERROR').details.fields.map((f: { field: string }) => f.field), ['querystring.aftr'])
   })
 
   t.test('malformed JSON', async (t) => {
