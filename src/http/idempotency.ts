@@ -40,16 +40,24 @@ const fingerprintOf = (request: FastifyRequest, replacer?: (key: string, value: 
     .update(JSON.stringify([request.method, request.routeOptions.url, request.params, request.query, request.body ?? null], replacer))
     .digest('hex')
 
+/** How many `done` events doneSeen reads at a time (one per run of the session after the resume point). */
+const DONE_PAGE = 500
+
 /**
- * Whether the run's done is at or before seq `after`. A run the store holds as ended has its done
- * (they commit together), and a session's runs go one at a time, so the first done after `after`
- * is this run's unless the client has seen it.
+ * Whether the run's done is at or before seq `after`: the run has ended (a run the store holds as
+ * ended has its done, they commit together) and no done of it comes after `after`. Other runs'
+ * dones may (earlier runs' when `after` is before them, later runs'), so they are read past.
  */
 async function doneSeen(store: Store, stream: StreamedAnswer['stream'], after: number): Promise<boolean> {
   const run = await store.getRun(stream.sessionId, stream.runId)
   if (!run || !isFinal(run.status)) return false
-  const [next] = await store.listEvents(stream.sessionId, { after, types: ['done'], limit: 1 })
-  return next?.runId !== stream.runId
+  for (let from = after; ;) {
+    const dones = await store.listEvents(stream.sessionId, { after: from, types: ['done'], limit: DONE_PAGE })
+    if (dones.some((event) => event.runId === stream.runId)) return false
+    const last = dones.at(-1)
+    if (!last || dones.length < DONE_PAGE) return true
+    from = last.seq
+  }
 }
 
 export const IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000

@@ -152,9 +152,16 @@ t.test("a streamed POST sent again with the Last-Event-ID of its run's done ends
   const send = (headers: Record<string, string> = {}) => readSse(`${base}/v1/sessions/${session.id}/messages`, {
     method: 'POST', headers: { 'idempotency-key': 'stream-seen-all', ...headers }, body: { content: 'hi' }, timeoutMs: 2000
   })
+  // An earlier run's done lies after seq 0, and after a Last-Event-ID from before this run.
+  const earlier = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'earlier' } })
+  t.equal(earlier.statusCode, 200)
   const first = await send()
   const done = first.events.at(-1)
   t.equal(done?.type, 'done')
+  const whole = await send()
+  t.same(whole.events.map((e) => e.seq), first.events.map((e) => e.seq), 'without Last-Event-ID: the whole run again')
+  const fromStart = await send({ 'last-event-id': '1' })
+  t.same(fromStart.events.map((e) => e.seq), first.events.map((e) => e.seq), 'from before the run: the whole run again')
   // A later run's events follow in the session: they are not this run's, and its done has been seen.
   const later = await app.inject({ method: 'POST', url: `/v1/sessions/${session.id}/messages?wait=true`, payload: { content: 'later' } })
   t.equal(later.statusCode, 200)
