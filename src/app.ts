@@ -224,7 +224,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
     requestTimeout: requestTimeoutMs,
     // How often Node looks for requests past their time (its default, 30 s, would double the limit).
-    http: { connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeoutMs / 6))) },
+    // Node would answer an HTTP/1.1 request without Host itself, a bare 400 outside the envelope:
+    // the security plugin refuses it instead (RFC 9112 §3.2), with a request ID like every answer.
+    http: { connectionsCheckingInterval: Math.max(100, Math.min(5000, Math.floor(requestTimeoutMs / 6))), requireHostHeader: false },
     logger: withRedaction(options.logger ?? { level: config.logLevel }, tracing.enabled ? traceLogMixin(tracing) : undefined),
     genReqId: requestIdFor,
     // Without tracing Fastify's own factory stays, which skips making loggers a route does not use.

@@ -183,7 +183,15 @@ export const securityPlugin = fp(
       })
     })
 
-    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => setSecurityHeaders(request, reply, opts.hstsMaxAge))
+    app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+      setSecurityHeaders(request, reply, opts.hstsMaxAge)
+      // RFC 9112 §3.2: a server must answer 400 to an HTTP/1.1 request without Host (Node no longer does, see app.ts).
+      if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
+        throw new ApiError('VALIDATION_ERROR', 'An HTTP/1.1 request needs a Host header', {
+          fields: [{ field: 'headers.host', message: 'is required in an HTTP/1.1 request', keyword: 'required' }]
+        }, { connection: 'close' })
+      }
+    })
   },
   { name: 'agentd-security' }
 )

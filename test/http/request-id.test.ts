@@ -81,6 +81,16 @@ t.test('a request Node cannot read is answered with the error envelope (SPEC 5.2
   t.match(tooLarge?.requestId, GENERATED)
 })
 
+t.test('an HTTP/1.1 request without Host is a 400 in the envelope, with a request ID; an HTTP/1.0 one is served', async (t) => {
+  const { app } = await buildTestApp(t)
+  const port = Number(new URL(await listen(app)).port)
+  const noHost = assertRawEnvelope(t, await rawExchange(port, 'GET /healthz HTTP/1.1\r\n\r\n'), 400, 'VALIDATION_ERROR', false)
+  t.match(noHost?.details, { fields: [{ field: 'headers.host', keyword: 'required' }] }, 'naming the Host header')
+  t.match(noHost?.requestId, GENERATED)
+  const old = parseRawAnswer(await rawExchange(port, 'GET /healthz HTTP/1.0\r\n\r\n'))
+  t.equal(old.status, 200, 'HTTP/1.0 has no Host to require')
+})
+
 t.test('a request Node cannot read has no Origin: under * its answer grants every origin, under a list of origins none can be echoed', async (t) => {
   const tooLarge = `GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`
   const answers = async (origins: string) => {
