@@ -271,6 +271,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     app.observeRequest(request, reply, responseTime / 1000)
   }
 
+  // Node answers a request whose Expect is other than 100-continue itself, a bare 417 without the
+  // envelope or a request ID. A server may ignore an expectation (RFC 9110 §10.1.1): it is served
+  // like any other request.
+  app.server.on('checkExpectation', (req, res) => app.server.emit('request', req, res))
+
   // JSON only: without this Fastify would parse text/plain bodies too.
   app.removeContentTypeParser('text/plain')
 

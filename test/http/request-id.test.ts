@@ -91,6 +91,17 @@ t.test('an HTTP/1.1 request without Host is a 400 in the envelope, with a reques
   t.equal(old.status, 200, 'HTTP/1.0 has no Host to require')
 })
 
+t.test("a request with an Expect other than 100-continue is served like any other, not Node's bare 417", async (t) => {
+  const { app } = await buildTestApp(t)
+  const port = Number(new URL(await listen(app)).port)
+  const health = parseRawAnswer(await rawExchange(port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nConnection: close\r\n\r\n'))
+  t.equal(health.status, 200)
+  t.match(health.headers['x-request-id'], GENERATED)
+  t.same(JSON.parse(health.body), { status: 'ok' })
+  const unknown = assertRawEnvelope(t, await rawExchange(port, 'GET /nope HTTP/1.1\r\nHost: x\r\nExpect: foo\r\nConnection: close\r\n\r\n'), 404, 'ROUTE_NOT_FOUND', false)
+  t.match(unknown?.requestId, GENERATED)
+})
+
 t.test('a request Node cannot read has no Origin: under * its answer grants every origin, under a list of origins none can be echoed', async (t) => {
   const tooLarge = `GET /healthz HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`
   const answers = async (origins: string) => {
