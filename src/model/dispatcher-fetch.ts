@@ -78,6 +78,7 @@ const callerSignal = Symbol('agentd.callerSignal')
 type SignalledInit = RequestInit & { [callerSignal]?: AbortSignal }
 
 const MAX_REDIRECTIONS = 20
+const BOM = 0xfeff
 const nullBodyStatuses = new Set([101, 204, 205, 304])
 /** Text held for a reader that has not come back yet, beyond which the socket is paused. */
 const HIGH_WATER_MARK = 64 * 1024
@@ -127,6 +128,8 @@ class FetchHandler implements Dispatcher.DispatchHandler, StreamedBody {
   #reader: { resolve(piece: string | null): void; reject(err: unknown): void } | null = null
   /** Bytes dropped since the reader was done, or -1 while it reads: what arrives then is dropped, so that the response can end and its connection be kept. */
   #dropped = -1
+  /** No text of the body has been delivered yet: a byte order mark that opens it is dropped. */
+  #atStart = true
 
   constructor(signal: AbortSignal | undefined, respond: (response: Response, body: StreamedBody | null) => void, reject: (err: unknown) => void) {
     this.#signal = signal
@@ -216,6 +219,17 @@ class FetchHandler implements Dispatcher.DispatchHandler, StreamedBody {
   #deliver(text: string): void {
     // Ended: an error answer cut at its limit, whose request is being aborted.
     if (text === '' || this.#ended) return
+    // A UTF-8 byte order mark opening the body is not text, as WHATWG decoding (the openai SDK's,
+    // fetch's) has it: kept, it made the stream's first line a field named "\uFEFFdata", and
+    // the event dropped, or a whole completion text that is not JSON. The StringDecoder hands
+    // the mark over whole, in the first text it returns.
+    if (this.#atStart) {
+      this.#atStart = false
+      if (text.charCodeAt(0) === BOM) {
+        text = text.slice(1)
+        if (text === '') return
+      }
+    }
     const reader = this.#reader
     if (reader) {
       this.#reader = null

@@ -415,3 +415,27 @@ t.test('an empty answer stopped by a content filter warns the client, and is lef
   t.same(requests[1]?.messages.filter((m) => m.role !== 'system').map((m) => [m.role, m.content]), [['user', 'something filtered'], ['user', 'something else']],
     'no assistant message without text or tool calls')
 })
+
+t.test('a body that begins with a UTF-8 byte order mark is read without it: a stream keeps its first event, a whole completion parses', async (t) => {
+  // Before, the mark stayed in front of the first line: a stream's first event was read as a
+  // field named "\uFEFFdata" and dropped (an answer sent in one event came out empty), and a
+  // whole completion was not JSON (INVALID_RESPONSE). The openai SDK, and every WHATWG decoder, drop it.
+  const bom = '\uFEFF'
+  const answers: Array<(res: Parameters<ModelAnswer>[0]) => void> = [
+    (res) => res.writeHead(200, { 'content-type': 'text/event-stream' })
+      .end(`${bom}data: ${chunk({ role: 'assistant', content: 'All in the first event.' }, 'stop')}\n\ndata: [DONE]\n\n`),
+    (res) => res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }).end(bom + JSON.stringify({
+      id: 'c', object: 'chat.completion', created: 0, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'Whole, with a mark.' }, finish_reason: 'stop' }]
+    }))
+  ]
+  const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
+  const sessionId = await createSession(ctx)
+
+  const streamed = await sendAndWait(ctx, sessionId, 'one')
+  t.match(streamed.run, { status: 'completed', error: null })
+  t.equal(streamed.message.content, 'All in the first event.')
+
+  const whole = await sendAndWait(ctx, sessionId, 'two')
+  t.match(whole.run, { status: 'completed', error: null })
+  t.equal(whole.message.content, 'Whole, with a mark.')
+})
