@@ -129,7 +129,9 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
       if (buffer.truncated) {
         throw new ToolFailure('OUTPUT_TOO_LARGE', `The webhook answered more than ${maxBytes} bytes.`, { url: redacted(url), maxBytes })
       }
-      const text = buffer.text()
+      // A UTF-8 byte order mark (which .NET's UTF-8 writers put first by default) is not text, as
+      // WHATWG decoding has it; Buffer's decoding keeps it, and JSON.parse refused the answer.
+      const text = buffer.text().replace(/^\uFEFF/, '')
       if (text.trim() === '') return null
       if (jsonDepth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH) {
         throw new ToolFailure('IO_ERROR', `The webhook answered JSON nested deeper than ${MAX_JSON_DEPTH} levels.`, {

@@ -317,3 +317,14 @@ t.test('a trusted certificate for another host name is a TLS failure too; for it
   })
   t.match(await call('localhost'), { ok: true, result: {} }, 'the certificate is for localhost')
 })
+
+t.test('a webhook answer that opens with a UTF-8 byte order mark is its JSON, not "not JSON"', async (t) => {
+  // Before, the mark (which .NET's UTF-8 writers put first by default) stayed in the text and
+  // JSON.parse refused it: the call failed as the server's fault, not to be retried.
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }).end('\uFEFF{"temp":21}'))
+  const tool = createWebhookTool({ name: 'weather', description: 'd', parameters: weatherParameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const outcome = await runTool(tool, { city: 'Oslo' }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.same(outcome.ok && outcome.result, { temp: 21 })
+})
