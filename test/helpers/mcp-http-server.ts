@@ -18,6 +18,8 @@ export interface McpHttpServer {
   sessions: string[]
   /** The Mcp-Session-Id of each DELETE it got (a client ending its session), in order. */
   deletes: Array<string | undefined>
+  /** Forgets every session, as a server that expires idle ones does: a request with one of their IDs is answered 404, as MCP has it. */
+  forgetSessions(): Promise<void>
   close(): Promise<void>
 }
 
@@ -71,6 +73,11 @@ export async function startMcpHttpServer(options: McpHttpServerOptions = {}): Pr
       if (options.holdDeletes) return
     }
     let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined
+    if (!transport && typeof sessionId === 'string') {
+      res.writeHead(404, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }))
+      return
+    }
     if (!transport) {
       if (req.method !== 'POST') {
         res.writeHead(400).end()
@@ -107,6 +114,9 @@ export async function startMcpHttpServer(options: McpHttpServerOptions = {}): Pr
     cancelled,
     sessions,
     deletes,
+    async forgetSessions() {
+      transports.clear()
+    },
     async close() {
       for (const transport of transports.values()) await transport.close().catch(() => undefined)
       http.closeAllConnections()

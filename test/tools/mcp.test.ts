@@ -625,3 +625,26 @@ t.test('a result whose content is not a list of blocks is never an empty result:
     }, `content ${JSON.stringify(contents[i])}`)
   }
 })
+
+t.test('a Streamable HTTP server that forgot agentd\'s session (404) gets a new one, and the call is sent again on it', async (t) => {
+  // MCP: a 404 to a request with an Mcp-Session-Id means the server no longer knows the session
+  // (it expired it, or restarted) and did not run the request; the client must start a new one.
+  // Before, the call failed as "went away during the call", its effects "maybe partial", and the
+  // server was marked down until its next attempt, failing the calls in between too.
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  const first = await runCalls(ctx, { tools: ['remote__echo'] }, [{ name: 'remote__echo', arguments: { text: 'first' } }])
+  t.same(first.toolResults, ['first'])
+
+  await http.forgetSessions()
+  const { run, toolResults, events } = await runCalls(ctx, { tools: ['remote__echo'] }, [
+    { name: 'remote__echo', arguments: { text: 'on a new session' } },
+    { name: 'remote__echo', arguments: { text: 'and the next call' } }
+  ])
+  t.match(run, { status: 'completed' })
+  t.same(toolResults, ['on a new session', 'and the next call'])
+  t.notOk(events.some((e) => e.type === 'tool:error'), 'no call failed')
+  t.equal(http.sessions.length, 2, 'one new session')
+  t.match((await tools(ctx)).servers, [{ name: 'remote', state: 'up' }])
+})

@@ -82,6 +82,11 @@ function progressGate(): () => boolean {
 const PROGRESS_BURST = 10
 const PROGRESS_PER_SECOND = 10
 
+/** A Streamable HTTP server's 404 to a request that carried agentd's Mcp-Session-Id: it does not know the session (any more). */
+function sessionUnknown(err: unknown, transport: Transport | undefined): boolean {
+  return err instanceof StreamableHTTPError && err.code === 404 && transport instanceof StreamableHTTPClientTransport && transport.sessionId !== undefined
+}
+
 /** How long stop() waits for an HTTP server to end agentd's session before it closes the connection all the same. */
 const END_SESSION_TIMEOUT_MS = 2000
 
@@ -297,6 +302,24 @@ export class McpConnection {
     })
   }
 
+  /**
+   * A new MCP session in place of `stale`, whose Streamable HTTP server answered 404 to its
+   * Mcp-Session-Id: the server expired or lost the session (a restart) and, as MCP has it, the
+   * client starts a new one with a new initialize, at once rather than after a backoff, since
+   * the server is there. Calls that got the 404 together share the one new connection. Undefined
+   * when it could not be made (the server is then down, and reconnects with backoff as usual).
+   */
+  async #renewSession(stale: Client): Promise<Client | undefined> {
+    if (this.#client === stale && this.#state === 'up') {
+      this.#log.info('MCP server no longer knows the session (HTTP 404); starting a new one')
+      this.#client = undefined
+      void stale.close().catch(() => undefined)
+      this.#attempt ??= this.#connect()
+    }
+    await this.#attempt
+    return this.#state === 'up' ? this.#client : undefined
+  }
+
   /** Ends a live connection that failed a call at the network level (HTTP): the next attempt reconnects. */
   #abandon(reason: string): void {
     const client = this.#client
@@ -428,21 +451,30 @@ export class McpConnection {
         // A run keeps the tools it started with; the server may have withdrawn one since.
         if (!this.#tools.some((tool) => tool.name === name)) throw toolWithdrawn(server, name)
         const reportProgress = progressGate()
-        try {
-          // A plain request with a loose result schema, not callTool(): its strict schema refuses a
-          // whole result for one content block of a type it does not know (a newer protocol's),
-          // which content.ts describes instead. Its check of structuredContent against an
-          // outputSchema is given up with it: the model gets the content blocks.
-          const result = await client.request({ method: 'tools/call', params: { name: info.name, arguments: input as Record<string, unknown> } }, ResultSchema, {
-            signal: ctx.signal,
-            timeout: NO_SDK_TIMEOUT,
-            onprogress: ({ progress, total, message }) => {
-              // The documented fields only: the notification's _meta (the server's own, any size) is not an event's.
-              if (reportProgress()) {
-                ctx.emit('progress', { progress, ...(total === undefined ? {} : { total }), ...(message === undefined ? {} : { message: message.slice(0, 1000) }) })
-              }
+        // A plain request with a loose result schema, not callTool(): its strict schema refuses a
+        // whole result for one content block of a type it does not know (a newer protocol's),
+        // which content.ts describes instead. Its check of structuredContent against an
+        // outputSchema is given up with it: the model gets the content blocks.
+        const call = (on: Client) => on.request({ method: 'tools/call', params: { name: info.name, arguments: input as Record<string, unknown> } }, ResultSchema, {
+          signal: ctx.signal,
+          timeout: NO_SDK_TIMEOUT,
+          onprogress: ({ progress, total, message }) => {
+            // The documented fields only: the notification's _meta (the server's own, any size) is not an event's.
+            if (reportProgress()) {
+              ctx.emit('progress', { progress, ...(total === undefined ? {} : { total }), ...(message === undefined ? {} : { message: message.slice(0, 1000) }) })
             }
-          })
+          }
+        })
+        try {
+          let result: Awaited<ReturnType<typeof call>>
+          try {
+            result = await call(client)
+          } catch (err) {
+            // The server no longer knows agentd's session and did not run the call: sent again, once, on a new one.
+            const renewed = sessionUnknown(err, this.#transport) && !ctx.signal.aborted ? await this.#renewSession(client) : undefined
+            if (!renewed) throw err
+            result = await call(renewed)
+          }
           const text = resultText(result)
           if (text === null) throw unreadableResult(server, name, result['content'])
           return result.isError === true ? toolReportedError(name, text) : text
