@@ -195,7 +195,9 @@ class Answer {
         call = { id: '', name: '', arguments: '' }
       }
       if (fragment.id) call.id = fragment.id
-      call.name += fragment.name
+      // Some servers (Fireworks, MiniMax on NVIDIA NIM) send the whole name again in every
+      // fragment of a call: the same name once more is that name, not the next part of it.
+      if (fragment.name !== call.name) call.name += fragment.name
       call.arguments += fragment.arguments
       this.#calls.set(index, call)
       this.#lastIndex = index

@@ -439,3 +439,32 @@ t.test('a body that begins with a UTF-8 byte order mark is read without it: a st
   t.match(whole.run, { status: 'completed', error: null })
   t.equal(whole.message.content, 'Whole, with a mark.')
 })
+
+t.test('a server that sends the tool call\'s name again in every fragment (Fireworks, MiniMax on NVIDIA NIM) calls that tool, not its name twice', async (t) => {
+  // Before, the name was appended at every fragment: "fs_listfs_listfs_list" matched no tool,
+  // and the call failed as TOOL_NOT_FOUND. A name sent in parts is still joined.
+  const calls = [
+    [
+      chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'chatcmpl-tool-aa62', type: 'function', function: { name: 'fs_list', arguments: '' } }] }),
+      chunk({ tool_calls: [{ index: 0, id: 'chatcmpl-tool-aa62', type: 'function', function: { name: 'fs_list', arguments: '{"path":' } }] }),
+      chunk({ tool_calls: [{ index: 0, id: 'chatcmpl-tool-aa62', type: 'function', function: { name: 'fs_list', arguments: '"."}' } }] }),
+      chunk({}, 'tool_calls')
+    ],
+    [
+      chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'fs_', arguments: '' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { name: 'list', arguments: '{"path":"."}' } }] }),
+      chunk({}, 'tool_calls')
+    ]
+  ]
+  const { ctx } = await appWith(t, (res, request) => {
+    if (request.messages.at(-1)?.role === 'user') return streamOf(res, ...(calls.shift() ?? []), '[DONE]')
+    textAnswer(res, 'listed')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list'] })
+  for (const content of ['repeated', 'in parts']) {
+    const { run } = await sendAndWait(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null, steps: 2 }, content)
+    const events = await eventsOf(ctx, sessionId, run.id)
+    t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.input, e.data.call.state]), [['fs_list', { path: '.' }, 'completed']], content)
+  }
+})
