@@ -19,3 +19,14 @@ const LONE_SURROGATE = /\p{Surrogate}/u
 export function loneSurrogateAt(text: string): number {
   return LONE_SURROGATE.exec(text)?.index ?? -1
 }
+
+const LONE_SURROGATES = /\p{Surrogate}/gu
+
+/**
+ * The text with each lone surrogate replaced by U+FFFD, as the stores keep it (the text itself
+ * when it has none). Sent as it is, a lone half goes out as a `\ud83d` escape, which strict JSON
+ * parsers (DeepSeek's, llama.cpp's) refuse, failing the request.
+ */
+export function wellFormedText(text: string): string {
+  return loneSurrogateAt(text) < 0 ? text : text.replace(LONE_SURROGATES, '\uFFFD')
+}

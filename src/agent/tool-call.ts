@@ -1,6 +1,7 @@
 import { isDeepStrictEqual } from 'node:util'
 import { newId } from '../ids.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
+import { wellFormedText } from '../whole-chars.ts'
 import type { ClassifiedError } from '../schemas/common.ts'
 import type { MessageRecord, MessageToolCall, StoreWrite, ToolCallRecord } from '../store/store.ts'
 import { classified, classifyException } from '../errors/classified.ts'
@@ -297,11 +298,16 @@ function invalidArguments(toolName: string, reason: string, cut = false): Classi
   })
 }
 
-/** A tool message answering one call; content is the result as the model will read it. */
+/**
+ * A tool message answering one call; content is the result as the model will read it. A text
+ * result's lone surrogates (an MCP server's or webhook's `\ud83d` escape) become U+FFFD, as the
+ * store keeps them: the run's next request carries this message as it is, and a strict server
+ * refused it. JSON text escapes them itself.
+ */
 export function toolMessage(sessionId: string, runId: string, callId: string, content: unknown): MessageRecord {
   return {
     id: newId('msg'), sessionId, runId, role: 'tool', toolCallId: callId,
-    content: typeof content === 'string' ? content : JSON.stringify(content ?? null), createdAt: now()
+    content: typeof content === 'string' ? wellFormedText(content) : JSON.stringify(content ?? null), createdAt: now()
   }
 }
 

@@ -1,6 +1,7 @@
 import { once } from 'node:events'
 import { setTimeout as delay } from 'node:timers/promises'
 import t from 'tap'
+import { createServer } from 'node:http'
 import { buildTestApp, createSession, sendAndWait, type TestApp } from '../helpers/app.ts'
 import { chunk, errorAnswer, startModelServer, streamOf, textAnswer, type ModelAnswer } from '../helpers/model-server.ts'
 import type { StreamedEvent } from '../helpers/sse.ts'
@@ -467,4 +468,38 @@ t.test('a server that sends the tool call\'s name again in every fragment (Firew
     const events = await eventsOf(ctx, sessionId, run.id)
     t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.input, e.data.call.state]), [['fs_list', { path: '.' }, 'completed']], content)
   }
+})
+
+t.test('a text tool result holding a lone surrogate (a webhook\'s "\\ud83d" escape) reaches the model as valid Unicode, not as a body strict servers refuse', async (t) => {
+  // Before, the webhook's JSON string kept the lone half in memory, and the next request of the
+  // run carried it as a \ud83d escape (a result that is an object is sent as its JSON text, which escapes it): DeepSeek, llama.cpp and other strict parsers refuse that
+  // body (400), and the run failed. The store already kept it as U+FFFD, so only this run broke.
+  const hook = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('"cut emoji \\ud83d here"'))
+  })
+  hook.listen(0, '127.0.0.1')
+  await once(hook, 'listening')
+  t.teardown(() => {
+    hook.closeAllConnections()
+    hook.close()
+  })
+  const port = (hook.address() as { port: number }).port
+  const server = await startModelServer(t, (res, request) => {
+    const broken = request.messages.find((m) => typeof m.content === 'string' && !wellFormed(m.content))
+    if (broken) return errorAnswer(res, 400, { error: { message: 'Failed to deserialize the JSON body: lone leading surrogate in hex escape', type: 'invalid_request_error' } })
+    if (request.messages.at(-1)?.role === 'user') {
+      return streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'title', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    textAnswer(res, 'read it')
+  })
+  const ctx = await buildTestApp(t, { app: { model: server.provider }, env: { AGENTD_WEBHOOK_HOSTS: `127.0.0.1:${port}` } })
+  const sessionId = await createSession(ctx, {
+    tools: [{ type: 'webhook', name: 'title', description: 'the title', parameters: { type: 'object', properties: {} }, url: `http://127.0.0.1:${port}/title` }]
+  })
+  const { run, message } = await sendAndWait(ctx, sessionId, 'title?')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, 'read it')
+  t.ok(server.requests.every((r) => r.messages.every((m) => typeof m.content !== 'string' || wellFormed(m.content))), 'every request was valid Unicode')
+  t.match(server.requests.at(-1)?.messages.at(-1), { role: 'tool', content: 'cut emoji \uFFFD here' }, 'the half is U+FFFD, as the store keeps it')
 })
