@@ -18,8 +18,11 @@ export interface McpHttpServer {
   sessions: string[]
   /** The Mcp-Session-Id of each DELETE it got (a client ending its session), in order. */
   deletes: Array<string | undefined>
-  /** Forgets every session, as a server that expires idle ones does: a request with one of their IDs is answered 404, as MCP has it. */
-  forgetSessions(): Promise<void>
+  /**
+   * Forgets every session, as a server that expires idle ones does: a request with one of their
+   * IDs is answered 404, as MCP has it. `closeStreams`: their open event streams end too.
+   */
+  forgetSessions(options?: { closeStreams?: boolean }): Promise<void>
   close(): Promise<void>
 }
 
@@ -114,8 +117,10 @@ export async function startMcpHttpServer(options: McpHttpServerOptions = {}): Pr
     cancelled,
     sessions,
     deletes,
-    async forgetSessions() {
+    async forgetSessions({ closeStreams = false } = {}) {
+      const forgotten = [...transports.values()]
       transports.clear()
+      if (closeStreams) for (const transport of forgotten) await transport.close().catch(() => undefined)
     },
     async close() {
       for (const transport of transports.values()) await transport.close().catch(() => undefined)

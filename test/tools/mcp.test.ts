@@ -648,3 +648,18 @@ t.test('a Streamable HTTP server that forgot agentd\'s session (404) gets a new 
   t.equal(http.sessions.length, 2, 'one new session')
   t.match((await tools(ctx)).servers, [{ name: 'remote', state: 'up' }])
 })
+
+t.test('a Streamable HTTP server that expires agentd\'s idle session and ends its stream gets a new session at once, never shown as down', async (t) => {
+  // The client reopens the ended stream with the old Mcp-Session-Id and gets a 404; so does the
+  // ping that checks whether the server is there. Before, that ping marked the server down and
+  // it came back only after its backoff (a restart), failing every call in between.
+  const http = await startMcpHttpServer()
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  await http.forgetSessions({ closeStreams: true })
+  await until(t, 'a new session was made', () => http.sessions.length === 2)
+  await until(t, 'the server is up on it', async () => (await tools(ctx)).servers[0]?.state === 'up')
+  t.match((await tools(ctx)).servers, [{ name: 'remote', state: 'up', restarts: 0, lastError: null }], 'not restarted after being down')
+  const { toolResults } = await runCalls(ctx, { tools: ['remote__echo'] }, [{ name: 'remote__echo', arguments: { text: 'still here' } }])
+  t.same(toolResults, ['still here'])
+})

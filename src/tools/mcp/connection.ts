@@ -295,7 +295,11 @@ export class McpConnection {
     client.ping({ timeout: Math.min(this.#options.connectTimeoutMs, 10_000) }).then(
       () => undefined,
       (err: unknown) => {
-        if (this.#client === client) this.#abandon(`it stopped answering: ${(err as Error).message}`)
+        if (this.#client !== client) return
+        // A 404: the server is there but expired the session (its stream ended, and reopening
+        // it was refused too); a new one is made at once, as for a call (#renewSession).
+        if (sessionUnknown(err, this.#transport)) void this.#renewSession(client)
+        else this.#abandon(`it stopped answering: ${(err as Error).message}`)
       }
     ).finally(() => {
       this.#probing = false
