@@ -29,6 +29,8 @@ export interface McpHttpServer {
 export interface McpHttpServerOptions {
   /** Never answer a DELETE: a server that does not end sessions and does not say so. */
   holdDeletes?: boolean
+  /** Tools whose calls are answered with an event stream that ends without a result (a worker that died behind a proxy). */
+  endWithoutAnswer?: string[]
 }
 
 function buildServer(hanging: string[], cancelled: string[]): McpServer {
@@ -98,6 +100,17 @@ export async function startMcpHttpServer(options: McpHttpServerOptions = {}): Pr
       }
       await buildServer(hanging, cancelled).connect(created)
       transport = created
+    }
+    if (req.method === 'POST' && options.endWithoutAnswer) {
+      const parts: Buffer[] = []
+      for await (const part of req) parts.push(part as Buffer)
+      const body = JSON.parse(Buffer.concat(parts).toString('utf8')) as { method?: string; params?: { name?: string } }
+      if (body.method === 'tools/call' && options.endWithoutAnswer.includes(body.params?.name ?? '')) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' }).end()
+        return
+      }
+      await transport.handleRequest(req, res, body)
+      return
     }
     await transport.handleRequest(req, res)
   }

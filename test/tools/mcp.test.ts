@@ -663,3 +663,21 @@ t.test('a Streamable HTTP server that expires agentd\'s idle session and ends it
   const { toolResults } = await runCalls(ctx, { tools: ['remote__echo'] }, [{ name: 'remote__echo', arguments: { text: 'still here' } }])
   t.same(toolResults, ['still here'])
 })
+
+t.test('a Streamable HTTP server whose answer to a call ends without a result fails the call at once as connection lost, not at its timeout', async (t) => {
+  // Before, the SDK kept waiting for the answer and reported nothing: the call ended at its
+  // timeout, 20 s here, as TIMEOUT, which tells the model to ask for less, not to retry.
+  const http = await startMcpHttpServer({ endWithoutAnswer: ['hang'] })
+  t.teardown(() => http.close())
+  const ctx = await appWithMcp(t, { remote: { url: http.url } })
+  const started = Date.now()
+  const { toolResults } = await runCalls(ctx, { tools: ['remote__*'], limits: { toolTimeoutMs: 20_000 } }, [
+    { name: 'remote__hang', arguments: {} },
+    { name: 'remote__echo', arguments: { text: 'the next call' } }
+  ])
+  t.match(toolResults[0], {
+    ok: false, errorType: 'exception', code: 'IO_ERROR', retryable: true, error: /ended its answer without a result/, detail: { reason: 'connection_lost' }
+  })
+  t.equal(toolResults[1], 'the next call', 'the server was not taken for gone')
+  t.ok(Date.now() - started < 15_000, 'well before the 20 s timeout')
+})

@@ -10,6 +10,7 @@ import type { Tool } from '../types.ts'
 import type { McpServerConfig } from './config.ts'
 import { queuedLookup } from '../net-guard.ts'
 import { resultText } from './content.ts'
+import { answerEnded, withMissingAnswer } from './http-answers.ts'
 import { classifyCallFailure, messageTooLarge, serverUnavailable, toolReportedError, toolWithdrawn, unreadableResult } from './errors.ts'
 import { mcpToolSchema, type McpToolSchema } from './schema.ts'
 import { ProcessGroupStdioTransport } from './stdio-transport.ts'
@@ -256,8 +257,9 @@ export class McpConnection {
       const dispatcher = (this.#http ??= new Agent({
         connect: { timeout: this.#options.connectTimeoutMs, lookup: queuedLookup(this.#options.connectTimeoutMs) }
       }))
-      const fetch = ((url: string | URL, init?: RequestInit) =>
-        undiciFetch(url, { ...(init as Parameters<typeof undiciFetch>[1]), dispatcher })) as unknown as typeof globalThis.fetch
+      // An answer's event stream that ends without the answer fails its request at once (http-answers.ts).
+      const fetch = (async (url: string | URL, init?: RequestInit) =>
+        withMissingAnswer(init, await undiciFetch(url, { ...(init as Parameters<typeof undiciFetch>[1]), dispatcher }) as unknown as Response)) as typeof globalThis.fetch
       return new StreamableHTTPClientTransport(new URL(config.url), { requestInit: { headers: config.headers }, fetch })
     }
     return new ProcessGroupStdioTransport(config, {
@@ -490,7 +492,12 @@ export class McpConnection {
             throw messageTooLarge(server, name, this.#options.maxMessageBytes)
           }
           const failure = classifyCallFailure(server, name, err)
-          if (this.config.transport === 'http' && failure.errorType === 'exception') this.#abandon(failure.message)
+          if (this.config.transport === 'http' && failure.errorType === 'exception') {
+            // An answer that ended without its result says nothing of the server (the next call
+            // may well be answered); a ping decides, as for a broken stream.
+            if (answerEnded(err)) this.#probe(client)
+            else this.#abandon(failure.message)
+          }
           throw failure
         }
       }

@@ -1,6 +1,7 @@
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js'
 import { StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { ToolFailure } from '../tool-errors.ts'
+import { answerEnded } from './http-answers.ts'
 
 /**
  * How MCP failures map onto agentd's taxonomy (SPEC 11). The MCP tools own these reasons and
@@ -92,7 +93,7 @@ export function classifyCallFailure(server: string, tool: string, err: unknown):
           recommendations: [`The server does not offer ${tool} (any more); do not retry it, continue without it.`]
         })
       case ErrorCode.ConnectionClosed:
-        return connectionLost(server, tool, 'the connection closed', err)
+        return connectionLost(server, tool, answerEnded(err) ? 'it ended its answer without a result' : 'the connection closed', err)
       case ErrorCode.RequestTimeout:
         return new ToolFailure('TIMEOUT', message, detail, {
           recommendations: [`Call ${tool} with a smaller request so it finishes in time.`]
