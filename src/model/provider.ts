@@ -311,10 +311,11 @@ function readDelta(choice: ChatCompletionChunk.Choice): Delta {
   const raw: Record<string, unknown> = typeof choice.delta === 'object' && choice.delta !== null ? choice.delta as unknown as Record<string, unknown> : {}
   // reasoning_content (DeepSeek, vLLM) and reasoning (Ollama, OpenRouter) are not in the SDK's types.
   const reasoning = raw['reasoning_content'] ?? raw['reasoning']
+  const chunks = Array.isArray(raw['content']) ? contentChunks(raw['content'] as unknown[]) : null
   const delta: Delta = {
     // A refusal (OpenAI's `refusal`, sent with content null) is what the model answered: it is read as its text.
-    content: stringField(raw['content'], 'delta.content') + stringField(raw['refusal'], 'delta.refusal'),
-    reasoning: stringField(reasoning, raw['reasoning_content'] == null ? 'delta.reasoning' : 'delta.reasoning_content'),
+    content: (chunks ? chunks.text : stringField(raw['content'], 'delta.content')) + stringField(raw['refusal'], 'delta.refusal'),
+    reasoning: stringField(reasoning, raw['reasoning_content'] == null ? 'delta.reasoning' : 'delta.reasoning_content') + (chunks?.thinking ?? ''),
     toolCalls: [],
     toolCallsLength: 0,
     finishReason: choice.finish_reason == null ? null : stringField(choice.finish_reason, 'finish_reason')
@@ -334,6 +335,30 @@ function readDelta(choice: ChatCompletionChunk.Choice): Delta {
     delta.toolCallsLength += name.length + args.length
   }
   return delta
+}
+
+/**
+ * Content sent as a list of chunks, as Mistral's reasoning models (magistral-*) send it:
+ * `{type: 'text', text}` is the answer's text, `{type: 'thinking', thinking: [{type: 'text', text}]}`
+ * its reasoning. A chunk of another form is INVALID_RESPONSE naming it.
+ */
+function contentChunks(list: unknown[]): { text: string; thinking: string } {
+  let text = ''
+  let thinking = ''
+  for (const [i, chunk] of list.entries()) {
+    const { type } = (typeof chunk === 'object' && chunk !== null ? chunk : {}) as Record<string, unknown>
+    if (type === 'text') {
+      text += stringField((chunk as Record<string, unknown>)['text'], `delta.content[${i}].text`)
+    } else if (type === 'thinking') {
+      const parts = (chunk as Record<string, unknown>)['thinking']
+      if (typeof parts === 'string') thinking += parts
+      else if (Array.isArray(parts)) thinking += contentChunks(parts).text
+      else if (parts != null) throw wrongType(`delta.content[${i}].thinking`, 'a list or a string', parts)
+    } else {
+      throw wrongType(`delta.content[${i}]`, 'a text or thinking chunk', chunk)
+    }
+  }
+  return { text, thinking }
 }
 
 /** A string field of a delta; absent or null is ''. */

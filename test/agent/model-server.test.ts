@@ -503,3 +503,35 @@ t.test('a text tool result holding a lone surrogate (a webhook\'s "\\ud83d" esca
   t.ok(server.requests.every((r) => r.messages.every((m) => typeof m.content !== 'string' || wellFormed(m.content))), 'every request was valid Unicode')
   t.match(server.requests.at(-1)?.messages.at(-1), { role: 'tool', content: 'cut emoji \uFFFD here' }, 'the half is U+FFFD, as the store keeps it')
 })
+
+t.test('Mistral\'s reasoning models stream their content as a list of chunks: thinking is the reasoning, text the answer', async (t) => {
+  // magistral-* sends delta.content as [{type: 'thinking', thinking: [{type: 'text', text}]}], then
+  // [{type: 'text', text}] or plain strings. Before, the first such chunk failed the run as
+  // INVALID_RESPONSE ("delta.content is a list"), as did the same shape in a whole completion.
+  const thinking = (text: string) => [{ type: 'thinking', thinking: [{ type: 'text', text }] }]
+  const answers: Array<(res: Parameters<ModelAnswer>[0]) => void> = [
+    (res) => streamOf(res,
+      chunk({ role: 'assistant', content: thinking('The user greets, ') }),
+      chunk({ content: thinking('so I greet back.') }),
+      chunk({ content: [{ type: 'text', text: 'Hello' }] }),
+      chunk({ content: '!' }),
+      chunk({}, 'stop'), '[DONE]'),
+    (res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
+      id: 'c', object: 'chat.completion', created: 0, model: 'magistral-medium-2509',
+      choices: [{ index: 0, message: { role: 'assistant', content: [...thinking('Again.'), { type: 'text', text: 'Hello again!' }] }, finish_reason: 'stop' }]
+    }))
+  ]
+  const { ctx } = await appWith(t, (res) => answers.shift()?.(res))
+  const sessionId = await createSession(ctx, { model: 'magistral-medium-2509', tools: [] })
+
+  const streamed = await sendAndWait(ctx, sessionId, 'hi')
+  t.match(streamed.run, { status: 'completed', error: null })
+  t.equal(streamed.message.content, 'Hello!')
+  const events = await eventsOf(ctx, sessionId, streamed.run.id)
+  t.match(events.find((e) => e.type === 'think_chunk_end')?.data, { text: 'The user greets, so I greet back.' })
+  t.match(events.find((e) => e.type === 'text_chunk_end')?.data, { text: 'Hello!' })
+
+  const whole = await sendAndWait(ctx, sessionId, 'hi again')
+  t.match(whole.run, { status: 'completed', error: null })
+  t.equal(whole.message.content, 'Hello again!')
+})
