@@ -57,6 +57,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
   const headersTimeoutMs = opts.headersTimeoutMs ?? defaults.headersTimeoutMs
   const bodyTimeoutMs = opts.bodyTimeoutMs ?? defaults.bodyTimeoutMs
   const configured = opts.apiKey !== undefined || opts.baseURL !== undefined
+  // Whether requests ask for usage (stream_options); false once the server refused the field.
+  let askUsage = true
   const dispatcher = new Agent({
     connect: { timeout: connectTimeoutMs },
     headersTimeout: headersTimeoutMs,
@@ -84,8 +86,6 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
       }
       const { signal } = options
       const context = () => ({ aborted: signal.aborted, timedOut: signal.aborted && isTimeoutReason(signal.reason) })
-      // The request's JSON is made here (request-json.ts) and handed to the SDK as it is sent.
-      const body = chatRequestJson(request)
 
       const answer = new Answer()
       // [DONE], or a whole completion: the server said the answer is complete.
@@ -97,8 +97,23 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           'X-Request-Id': options.requestId,
           ...(options.traceparent ? { traceparent: options.traceparent } : {})
         }
-        // The SDK sends the request (its headers, auth, base URL) and throws its APIError classes for an error status; the stream is read here.
-        const response = await client.post('/chat/completions', { body, stream: true, headers, fetchOptions: http.withSignal(signal) }).asResponse()
+        // The SDK sends the request (its headers, auth, base URL) and throws its APIError classes
+        // for an error status; the stream is read here. The request's JSON is made here
+        // (request-json.ts) and handed to the SDK as it is sent.
+        const send = () => client.post('/chat/completions', {
+          body: chatRequestJson(request, { askUsage }), stream: true, headers, fetchOptions: http.withSignal(signal)
+        }).asResponse()
+        let response: Response
+        try {
+          response = await send()
+        } catch (err) {
+          if (!askUsage || !refusesStreamOptions(err)) throw err
+          // Mistral's API and Azure's "on your data" refuse stream_options (400 or 422, "extra
+          // inputs are not permitted"), which failed every run: asked again without it, and from
+          // then on. Their answers carry no usage, counted as zero tokens like any answer without it.
+          askUsage = false
+          response = await send()
+        }
         const reader = http.takeBody(response)
         const decoder = new ServerSentEventDecoder()
         // The body's text while no stream event has come: a server that does not stream answers one JSON completion instead.
@@ -371,6 +386,12 @@ function stringField(value: unknown, field: string): string {
 function wrongType(field: string, expected: string, value: unknown): ModelError {
   const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`
   return createModelError('INVALID_RESPONSE', `The model sent a stream chunk whose ${field} is ${got}, not ${expected}: the server does not follow the Chat Completions API.`)
+}
+
+/** A 400 or 422 whose error names stream_options: a server that does not take the field. */
+function refusesStreamOptions(err: unknown): boolean {
+  if (!(err instanceof APIError) || (err.status !== 400 && err.status !== 422)) return false
+  return JSON.stringify(err.error ?? err.message ?? '').includes('stream_options')
 }
 
 function isTimeoutReason(reason: unknown): boolean {

@@ -535,3 +535,28 @@ t.test('Mistral\'s reasoning models stream their content as a list of chunks: th
   t.match(whole.run, { status: 'completed', error: null })
   t.equal(whole.message.content, 'Hello again!')
 })
+
+t.test('a server that refuses stream_options (Mistral\'s 422 "extra_forbidden") is asked again without it, and not asked with it again', async (t) => {
+  // Before, the 422 was UNKNOWN and failed every run: no run could use such a server at all.
+  // Its answers then carry no usage, which counts as zero tokens, as for any answer without it.
+  const mistralRefusal = {
+    object: 'error', type: 'invalid_request_error', param: null, code: null,
+    message: { detail: [{ type: 'extra_forbidden', loc: ['body', 'stream_options', 'include_usage'], msg: 'Extra inputs are not permitted', input: true }] }
+  }
+  let refused = 0
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    if (request.stream_options !== undefined) {
+      refused++
+      return errorAnswer(res, 422, mistralRefusal)
+    }
+    textAnswer(res, `answer ${requests.length}`)
+  })
+  const sessionId = await createSession(ctx)
+  for (const content of ['one', 'two']) {
+    const { run, message } = await sendAndWait(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null }, content)
+    t.match(message.content, /^answer/, content)
+  }
+  t.equal(refused, 1, 'refused once; later calls leave stream_options out')
+  t.ok(requests.at(-1)?.stream === true, 'still streamed')
+})
