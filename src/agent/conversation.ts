@@ -4,13 +4,13 @@ import type { MessageRecord, MessageToolCall } from '../store/store.ts'
 /** One stored message as a Chat Completions message. */
 export function toChatMessage(message: MessageRecord): ChatCompletionMessageParam {
   if (message.role === 'user') return { role: 'user', content: message.content ?? '' }
-  if (message.role === 'tool') return { role: 'tool', tool_call_id: message.toolCallId ?? '', content: message.content ?? '' }
+  if (message.role === 'tool') return { role: 'tool', tool_call_id: sentCallId(message.toolCallId ?? ''), content: message.content ?? '' }
   const calls = message.toolCalls ?? []
   return calls.length > 0
     ? {
         role: 'assistant',
         content: message.content,
-        tool_calls: calls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: sentArguments(call) } }))
+        tool_calls: calls.map((call) => ({ id: sentCallId(call.id), type: 'function', function: { name: call.name, arguments: sentArguments(call) } }))
       }
     : { role: 'assistant', content: message.content ?? '' }
 }
@@ -39,4 +39,39 @@ function isJsonObject(text: string): boolean {
   } catch {
     return false
   }
+}
+
+/**
+ * The ID a stored call goes to the model with: 9 letters and digits, worked out from agentd's own
+ * (`call_` and 26 characters), which stays the call's ID everywhere else. Mistral's API, and vLLM
+ * and other servers with Mistral's tokenizer, refuse any other form ("Tool call id was call_… but
+ * must be a-z, A-Z, 0-9, with a length of 9"), which failed every step after a tool call; OpenAI
+ * and the others take any string. The same call always gets the same ID (a provider's prompt cache
+ * sees the same history at every step); two calls of one history share one with a chance of about
+ * n² / 10^16 (53 bits of two mixed FNV-1a hashes).
+ */
+export function sentCallId(id: string): string {
+  let a = 0x811c9dc5
+  let b = 0x01000193
+  for (let i = 0; i < id.length; i++) {
+    const c = id.charCodeAt(i)
+    a = Math.imul(a ^ c, 0x01000193)
+    b = Math.imul(b ^ c, 0x811c9dc5 | 1)
+  }
+  let value = (mix(a) >>> 11) * 2 ** 32 + mix(b)
+  let sent = ''
+  for (let i = 0; i < 9; i++) {
+    sent += ID_ALPHABET[value % 62]
+    value = Math.floor(value / 62)
+  }
+  return sent
+}
+
+const ID_ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+
+/** MurmurHash3's finaliser: every bit of the hash depends on every bit of its input. */
+function mix(h: number): number {
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b)
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35)
+  return (h ^ (h >>> 16)) >>> 0
 }

@@ -560,3 +560,38 @@ t.test('a server that refuses stream_options (Mistral\'s 422 "extra_forbidden") 
   t.equal(refused, 1, 'refused once; later calls leave stream_options out')
   t.ok(requests.at(-1)?.stream === true, 'still streamed')
 })
+
+t.test('past tool calls go to the model with IDs of 9 letters and digits, the only form Mistral\'s API takes', async (t) => {
+  // Mistral's API (and vLLM or other servers with Mistral's tokenizer) refuse any other tool-call
+  // ID with a 400 "Tool call id was call_… but must be a-z, A-Z, 0-9, with a length of 9". Before,
+  // agentd's own IDs (call_ and 26 characters) went out, and every step after a tool call failed.
+  const mistralId = /^[a-zA-Z0-9]{9}$/
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    const ids = request.messages.flatMap((m) => [
+      ...(m.role === 'assistant' ? (m.tool_calls ?? []).map((call) => call.id) : []),
+      ...(m.role === 'tool' ? [m.tool_call_id] : [])
+    ])
+    const bad = ids.find((id) => !mistralId.test(id))
+    if (bad !== undefined) {
+      return errorAnswer(res, 400, { object: 'error', message: `Tool call id was ${bad} but must be a-z, A-Z, 0-9, with a length of 9.`, type: 'invalid_request_error', param: null, code: null })
+    }
+    if (request.messages.at(-1)?.role === 'user') {
+      return streamOf(res, chunk({ role: 'assistant', tool_calls: [
+        { index: 0, id: 'aB3xK9mP2', type: 'function', function: { name: 'fs_list', arguments: '{"path":"."}' } },
+        { index: 1, id: 'Qz8wLm4Rt', type: 'function', function: { name: 'fs_list', arguments: '{"path":"."}' } }
+      ] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    textAnswer(res, 'listed twice')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list'] })
+  for (const content of ['list', 'again']) {
+    const { run, message } = await sendAndWait(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null, steps: 2 }, content)
+    t.equal(message.content, 'listed twice', content)
+  }
+  const last = requests.at(-1)?.messages ?? []
+  const calls = last.flatMap((m) => (m.role === 'assistant' ? (m.tool_calls ?? []).map((call) => call.id) : []))
+  const answers = last.flatMap((m) => (m.role === 'tool' ? [m.tool_call_id] : []))
+  t.equal(new Set(calls).size, 4, 'four calls, four IDs')
+  t.same(answers, calls, 'each answer names its call')
+})

@@ -8,6 +8,7 @@ import { open } from 'node:fs/promises'
 import { syncBuiltinESMExports } from 'node:module'
 import { join } from 'node:path'
 import { setTimeout as delay } from 'node:timers/promises'
+import { sentCallId } from '../../src/agent/conversation.ts'
 import { createHttpFetchTool } from '../../src/tools/builtin/http-fetch.ts'
 import { runTool } from '../../src/tools/runtime.ts'
 import type { Tool } from '../../src/tools/types.ts'
@@ -122,7 +123,7 @@ t.test('DNS that never answers holds at most two pool threads: fs tools of other
     const [call] = await toolCalls(sessionId)
     t.match(call, { state: 'failed', error: { errorType: 'aborted', code: 'TIMEOUT', detail: { timeoutMs: 1000 } } }, `${call?.name} timed out`)
     t.ok(call?.durationMs !== null && call?.durationMs !== undefined && call.durationMs < 1500, `${call?.name} ended at its timeout (${call?.durationMs} ms)`)
-    const seen = devModel.requests.flatMap((r) => r.body.messages).find((m) => m.role === 'tool' && m.tool_call_id === call?.id)
+    const seen = devModel.requests.flatMap((r) => r.body.messages).find((m) => m.role === 'tool' && m.tool_call_id === sentCallId(call?.id ?? ''))
     t.match(JSON.parse(String(seen?.content)), { ok: false, errorType: 'aborted', code: 'TIMEOUT' }, 'the model got the TIMEOUT envelope')
   }
   await resolver.release()
