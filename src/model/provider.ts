@@ -57,8 +57,10 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
   const headersTimeoutMs = opts.headersTimeoutMs ?? defaults.headersTimeoutMs
   const bodyTimeoutMs = opts.bodyTimeoutMs ?? defaults.bodyTimeoutMs
   const configured = opts.apiKey !== undefined || opts.baseURL !== undefined
-  // Whether requests ask for usage (stream_options); false once the server refused the field.
+  // What the server was found to refuse, once it refused it (adapted, below): stream_options, and
+  // a user message right after tool results.
   let askUsage = true
+  let bridgeToolTurns = false
   const dispatcher = new Agent({
     connect: { timeout: connectTimeoutMs },
     headersTimeout: headersTimeoutMs,
@@ -101,18 +103,36 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         // for an error status; the stream is read here. The request's JSON is made here
         // (request-json.ts) and handed to the SDK as it is sent.
         const send = () => client.post('/chat/completions', {
-          body: chatRequestJson(request, { askUsage }), stream: true, headers, fetchOptions: http.withSignal(signal)
+          body: chatRequestJson(bridgeToolTurns ? withToolTurnsBridged(request) : request, { askUsage }),
+          stream: true, headers, fetchOptions: http.withSignal(signal)
         }).asResponse()
-        let response: Response
-        try {
-          response = await send()
-        } catch (err) {
-          if (!askUsage || !refusesStreamOptions(err)) throw err
+        // A refusal of something the request can do without is adapted to, for this call and the
+        // process's later ones; each at most once, so this ends.
+        const adapted = (err: unknown): boolean => {
           // Mistral's API and Azure's "on your data" refuse stream_options (400 or 422, "extra
-          // inputs are not permitted"), which failed every run: asked again without it, and from
-          // then on. Their answers carry no usage, counted as zero tokens like any answer without it.
-          askUsage = false
-          response = await send()
+          // inputs are not permitted"), which failed every run. Their answers then carry no usage,
+          // counted as zero tokens like any answer without it.
+          if (askUsage && refusesStreamOptions(err)) {
+            askUsage = false
+            return true
+          }
+          // Mistral refuses a user message right after tool results, the history of a run that
+          // ended before it answered them (its step limit, an interrupt, a failure): every later
+          // run of the session failed.
+          if (!bridgeToolTurns && refusesUserAfterTool(err)) {
+            bridgeToolTurns = true
+            return true
+          }
+          return false
+        }
+        let response: Response
+        for (;;) {
+          try {
+            response = await send()
+            break
+          } catch (err) {
+            if (!adapted(err)) throw err
+          }
         }
         const reader = http.takeBody(response)
         const decoder = new ServerSentEventDecoder()
@@ -387,6 +407,29 @@ function wrongType(field: string, expected: string, value: unknown): ModelError 
   const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`
   return createModelError('INVALID_RESPONSE', `The model sent a stream chunk whose ${field} is ${got}, not ${expected}: the server does not follow the Chat Completions API.`)
 }
+
+/** Mistral's 400 for a user message right after a tool message. */
+function refusesUserAfterTool(err: unknown): boolean {
+  return err instanceof APIError && err.status === 400 && /unexpected role '?user'? after role '?tool'?/i.test(JSON.stringify(err.error ?? err.message ?? ''))
+}
+
+/**
+ * The request with an assistant turn between each tool message and a user message right after
+ * it, on the wire only (the stored conversation stays as it is). Its words are true, and the
+ * model reads them as its own.
+ */
+function withToolTurnsBridged(request: ModelRequest): ModelRequest {
+  const { messages } = request
+  if (!messages.some((m, i) => m.role === 'user' && messages[i - 1]?.role === 'tool')) return request
+  const bridged: ModelRequest['messages'] = []
+  for (const [i, message] of messages.entries()) {
+    if (message.role === 'user' && messages[i - 1]?.role === 'tool') bridged.push({ role: 'assistant', content: TOOL_TURN_BRIDGE })
+    bridged.push(message)
+  }
+  return { ...request, messages: bridged }
+}
+
+const TOOL_TURN_BRIDGE = '(The run ended after these tool results, before I answered them.)'
 
 /** A 400 or 422 whose error names stream_options: a server that does not take the field. */
 function refusesStreamOptions(err: unknown): boolean {

@@ -595,3 +595,32 @@ t.test('past tool calls go to the model with IDs of 9 letters and digits, the on
   t.equal(new Set(calls).size, 4, 'four calls, four IDs')
   t.same(answers, calls, 'each answer names its call')
 })
+
+t.test('a server that refuses a user message right after tool results (Mistral) is asked again with an assistant turn between them', async (t) => {
+  // A run that ends after its tool results, without an answer (here its step limit), leaves the
+  // history ending in a tool message. Mistral refuses the next user message after it with a 400
+  // "Unexpected role 'user' after role 'tool'": before, every later run of the session failed.
+  let refused = 0
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    const roles = request.messages.map((m) => m.role)
+    if (roles.some((role, i) => role === 'user' && roles[i - 1] === 'tool')) {
+      refused++
+      return errorAnswer(res, 400, { object: 'error', message: "Unexpected role 'user' after role 'tool'", type: 'invalid_request_message_order', param: null, code: '3230' })
+    }
+    if (request.messages.at(-1)?.content === 'list') {
+      return streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'aB3xK9mP2', type: 'function', function: { name: 'fs_list', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    textAnswer(res, 'answered')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list'], limits: { maxSteps: 1 } })
+  t.match((await sendAndWait(ctx, sessionId, 'list')).run, { status: 'failed', error: { code: 'MAX_STEPS_EXCEEDED' } })
+  for (const content of ['and now?', 'once more']) {
+    const { run, message } = await sendAndWait(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null }, content)
+    t.equal(message.content, 'answered', content)
+  }
+  t.equal(refused, 1, 'refused once; later requests bridge the turn at once')
+  t.same(requests.at(-1)?.messages.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant', 'user', 'assistant', 'user'])
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.same(stored.map((m: { role: string }) => m.role), ['user', 'assistant', 'tool', 'user', 'assistant', 'user', 'assistant'], 'the stored conversation is unchanged')
+})
