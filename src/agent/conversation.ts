@@ -4,7 +4,7 @@ import type { MessageRecord, MessageToolCall } from '../store/store.ts'
 /** One stored message as a Chat Completions message. */
 export function toChatMessage(message: MessageRecord): ChatCompletionMessageParam {
   if (message.role === 'user') return { role: 'user', content: message.content ?? '' }
-  if (message.role === 'tool') return { role: 'tool', tool_call_id: sentCallId(message.toolCallId ?? ''), content: message.content ?? '' }
+  if (message.role === 'tool') return { role: 'tool', tool_call_id: sentCallId(message.toolCallId ?? ''), content: sentResult(message.content) }
   const calls = message.toolCalls ?? []
   return calls.length > 0
     ? {
@@ -14,6 +14,18 @@ export function toChatMessage(message: MessageRecord): ChatCompletionMessagePara
       }
     : { role: 'assistant', content: message.content ?? '' }
 }
+
+/**
+ * A tool result as sent: an empty (or blank) one in words. Gateways to Anthropic's models
+ * (LiteLLM, Databricks) refuse an empty text with a 400 "text content blocks must be non-empty",
+ * which failed the run and every later one of the session; an MCP tool's empty content or a
+ * webhook's "" is such a result. The stored message keeps what the tool returned.
+ */
+function sentResult(content: string | null): string {
+  return content === null || content.trim() === '' ? EMPTY_RESULT : content
+}
+
+const EMPTY_RESULT = '(the tool returned an empty result)'
 
 /** The arguments sent for each stored call, worked out once per call object (a run sends its history at every step). */
 const sentArgumentsOf = new WeakMap<MessageToolCall, string>()

@@ -624,3 +624,40 @@ t.test('a server that refuses a user message right after tool results (Mistral) 
   const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
   t.same(stored.map((m: { role: string }) => m.role), ['user', 'assistant', 'tool', 'user', 'assistant', 'user', 'assistant'], 'the stored conversation is unchanged')
 })
+
+t.test('an empty tool result goes to the model as words saying so: gateways to Anthropic refuse an empty text', async (t) => {
+  // LiteLLM, Databricks and other gateways in front of Anthropic's models answer 400 "text content
+  // blocks must be non-empty" (or "must contain non-whitespace text") for an empty tool message,
+  // such as an MCP tool's empty content or a webhook's "". Before, the run failed, and so did
+  // every later run of the session, whose history held the empty result.
+  const hook = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('"  "'))
+  })
+  hook.listen(0, '127.0.0.1')
+  await once(hook, 'listening')
+  t.teardown(() => {
+    hook.closeAllConnections()
+    hook.close()
+  })
+  const port = (hook.address() as { port: number }).port
+  const server = await startModelServer(t, (res, request) => {
+    if (request.messages.some((m) => m.role === 'tool' && typeof m.content === 'string' && m.content.trim() === '')) {
+      return errorAnswer(res, 400, { error: { message: 'litellm.BadRequestError: AnthropicException - messages: text content blocks must contain non-whitespace text', type: 'invalid_request_error', code: 400 } })
+    }
+    if (request.messages.at(-1)?.role === 'user') {
+      return streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'mark', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    textAnswer(res, 'marked')
+  })
+  const ctx = await buildTestApp(t, { app: { model: server.provider }, env: { AGENTD_WEBHOOK_HOSTS: `127.0.0.1:${port}` } })
+  const sessionId = await createSession(ctx, {
+    tools: [{ type: 'webhook', name: 'mark', description: 'marks', parameters: { type: 'object', properties: {} }, url: `http://127.0.0.1:${port}/mark` }]
+  })
+  const { run, message } = await sendAndWait(ctx, sessionId, 'mark it')
+  t.match(run, { status: 'completed', error: null })
+  t.equal(message.content, 'marked')
+  t.match(server.requests.at(-1)?.messages.at(-1), { role: 'tool', content: /empty/ })
+  const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
+  t.match(stored[2], { role: 'tool', content: '  ' }, 'the stored result is what the tool returned')
+})
