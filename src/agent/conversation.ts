@@ -9,7 +9,9 @@ export function toChatMessage(message: MessageRecord): ChatCompletionMessagePara
   return calls.length > 0
     ? {
         role: 'assistant',
-        content: message.content,
+        // The blank lines models often write before their calls: gateways to Anthropic's models
+        // refuse a blank text ("text content blocks must contain non-whitespace text").
+        content: message.content?.trim() ? message.content : null,
         tool_calls: calls.map((call) => ({ id: sentCallId(call.id), type: 'function', function: { name: call.name, arguments: sentArguments(call) } }))
       }
     : { role: 'assistant', content: message.content ?? '' }

@@ -661,3 +661,26 @@ t.test('an empty tool result goes to the model as words saying so: gateways to A
   const stored = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/messages` })).json().data
   t.match(stored[2], { role: 'tool', content: '  ' }, 'the stored result is what the tool returned')
 })
+
+t.test('blank text before tool calls is not sent back as the answer\'s text: gateways to Anthropic refuse a blank text', async (t) => {
+  // Models often stream "\n\n" before their tool calls. Sent back as the assistant message's
+  // content, gateways to Anthropic's models answer 400 "text content blocks must contain
+  // non-whitespace text": before, the step after the tool calls failed, and so did every later run.
+  const blank = (m: { role: string; content?: unknown }) => m.role === 'assistant' && typeof m.content === 'string' && m.content.trim() === ''
+  const { ctx } = await appWith(t, (res, request) => {
+    if (request.messages.some(blank)) {
+      return errorAnswer(res, 400, { error: { message: 'messages: text content blocks must contain non-whitespace text', type: 'invalid_request_error' } })
+    }
+    if (request.messages.at(-1)?.role === 'user' && request.messages.at(-1)?.content === 'list') {
+      return streamOf(res, chunk({ role: 'assistant', content: '\n\n' }),
+        chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'fs_list', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    if (request.messages.at(-1)?.content === 'blank') return streamOf(res, chunk({ role: 'assistant', content: ' \n' }), chunk({}, 'stop'), '[DONE]')
+    textAnswer(res, 'done')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list'] })
+  for (const content of ['list', 'blank', 'and then?']) {
+    const { run } = await sendAndWait(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null }, content)
+  }
+})

@@ -36,11 +36,11 @@ export function viewOf(history: MessageRecord[], offset = 0): HistoryView {
   for (let i = from; i < history.length; i++) {
     const message = history[i] as MessageRecord
     if (message.role === 'summary') continue
-    // An answer with neither text nor tool calls (a content filter's empty answer) tells the model
-    // nothing, and some gateways refuse an assistant message with empty content and no tool calls.
-    // Left out, its user message is followed by the next one, as after a run that failed before
-    // its answer: two user messages in a row, which the providers take.
-    if (message.role === 'assistant' && !message.content && !message.toolCalls?.length) continue
+    // An answer with neither text nor tool calls (a content filter's empty answer, or only blank
+    // lines) tells the model nothing, and some gateways refuse an assistant message with empty
+    // or blank content and no tool calls. Left out, its user message is followed by the next one,
+    // as after a run that failed before its answer: two user messages in a row, which the providers take.
+    if (message.role === 'assistant' && !message.content?.trim() && !message.toolCalls?.length) continue
     if (message.role === 'tool') {
       turnOfCall.get(message.toolCallId ?? '')?.messages.push(message)
       continue
