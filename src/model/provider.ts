@@ -61,6 +61,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
   // a user message right after tool results.
   let askUsage = true
   let bridgeToolTurns = false
+  // Per model: one server (a gateway, an Azure resource) serves models that take max_tokens too.
+  const completionTokensModels = new Set<string>()
   const dispatcher = new Agent({
     connect: { timeout: connectTimeoutMs },
     headersTimeout: headersTimeoutMs,
@@ -103,7 +105,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         // for an error status; the stream is read here. The request's JSON is made here
         // (request-json.ts) and handed to the SDK as it is sent.
         const send = () => client.post('/chat/completions', {
-          body: chatRequestJson(bridgeToolTurns ? withToolTurnsBridged(request) : request, { askUsage }),
+          body: chatRequestJson(bridgeToolTurns ? withToolTurnsBridged(request) : request, { askUsage, completionTokens: completionTokensModels.has(request.model) }),
           stream: true, headers, fetchOptions: http.withSignal(signal)
         }).asResponse()
         // A refusal of something the request can do without is adapted to, for this call and the
@@ -121,6 +123,14 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           // run of the session failed.
           if (!bridgeToolTurns && refusesUserAfterTool(err)) {
             bridgeToolTurns = true
+            return true
+          }
+          // A reasoning model under a name request-json.ts cannot tell (an Azure deployment, a
+          // gateway's alias) refuses max_tokens, which only summaries send: each failed.
+          if (!completionTokensModels.has(request.model) && request.maxTokens !== undefined && refusesMaxTokens(err)) {
+            // Names come from sessions: a bounded memory of them.
+            if (completionTokensModels.size >= MAX_REMEMBERED_MODELS) completionTokensModels.clear()
+            completionTokensModels.add(request.model)
             return true
           }
           return false
@@ -406,6 +416,14 @@ function stringField(value: unknown, field: string): string {
 function wrongType(field: string, expected: string, value: unknown): ModelError {
   const got = Array.isArray(value) ? 'a list' : value === null ? 'null' : typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`
   return createModelError('INVALID_RESPONSE', `The model sent a stream chunk whose ${field} is ${got}, not ${expected}: the server does not follow the Chat Completions API.`)
+}
+
+const MAX_REMEMBERED_MODELS = 1000
+
+/** OpenAI's 400 for max_tokens sent to a model that takes only max_completion_tokens. */
+function refusesMaxTokens(err: unknown): boolean {
+  if (!(err instanceof APIError) || err.status !== 400) return false
+  return err.param === 'max_tokens' || JSON.stringify(err.error ?? err.message ?? '').includes('max_completion_tokens')
 }
 
 /** Mistral's 400 for a user message right after a tool message. */

@@ -8,13 +8,18 @@ import type { ModelRequest } from './types.ts'
  * every run that offers it (the tool catalog hands out the same definition object for a tool
  * each time); the SDK would serialise them again at every call, through a replacer that
  * observes every key (~3 % of agentd's CPU under load, `npm run bench -- throughput`).
- * `askUsage: false` leaves out stream_options, for a server that refuses it (provider.ts).
+ * `askUsage: false` leaves out stream_options, and `completionTokens` asks for max_completion_tokens
+ * whatever the model's name, for a server that refuses the other (provider.ts).
  */
-export function chatRequestJson(request: ModelRequest, { askUsage = true }: { askUsage?: boolean } = {}): string {
+export function chatRequestJson(
+  request: ModelRequest, { askUsage = true, completionTokens = false }: { askUsage?: boolean; completionTokens?: boolean } = {}
+): string {
   let text = `{"model":${JSON.stringify(request.model)},"messages":${JSON.stringify(request.messages)},"stream":true` +
     (askUsage ? ',"stream_options":{"include_usage":true}' : '')
   if (request.tools && request.tools.length > 0) text += `,"tools":${toolsJson(request.tools)}`
-  if (request.maxTokens !== undefined) text += `,"${maxTokensField(request.model)}":${JSON.stringify(request.maxTokens)}`
+  if (request.maxTokens !== undefined) {
+    text += `,"${completionTokens ? 'max_completion_tokens' : maxTokensField(request.model)}":${JSON.stringify(request.maxTokens)}`
+  }
   return text + '}'
 }
 

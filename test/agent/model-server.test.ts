@@ -684,3 +684,32 @@ t.test('blank text before tool calls is not sent back as the answer\'s text: gat
     t.match(run, { status: 'completed', error: null }, content)
   }
 })
+
+t.test('a model that refuses max_tokens under a name agentd does not know (an Azure deployment, a gateway alias) gets max_completion_tokens', async (t) => {
+  // Azure names a model by its deployment, and gateways by their aliases: a reasoning model there
+  // is not known by its name. Before, its refusal of max_tokens failed every summary, and every
+  // compaction of its sessions fell back to truncation with a warning.
+  let refused = 0
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    if (request.max_tokens !== undefined) {
+      refused++
+      return errorAnswer(res, 400, {
+        error: { message: "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", type: 'invalid_request_error', param: 'max_tokens', code: 'unsupported_parameter' }
+      })
+    }
+    const summarising = typeof request.messages[0]?.content === 'string' && request.messages[0].content.startsWith('You summarise')
+    textAnswer(res, summarising ? 'The user talked about a fox.' : 'ok')
+  })
+  const words = (tag: string) => `${tag}: ${'the quick brown fox jumps over the lazy dog '.repeat(100)}`
+  const sessionId = await createSession(ctx, { model: 'prod-reasoner', tools: [], limits: { contextTokens: 1500 } })
+  t.equal((await sendAndWait(ctx, sessionId, words('first'))).run.status, 'completed')
+  for (const tag of ['second', 'third']) {
+    const { run } = await sendAndWait(ctx, sessionId, words(tag))
+    t.match(run, { status: 'completed', error: null })
+    const events = await eventsOf(ctx, sessionId, run.id)
+    t.notOk(events.some((e) => e.type === 'error'), `${tag}: no SUMMARY_FAILED warning`)
+    t.match(events.find((e) => e.type === 'context_compacted')?.data, { method: 'summary' }, `${tag}: the older turns were summarised`)
+  }
+  t.equal(refused, 1, 'refused once; later summaries ask for max_completion_tokens at once')
+  t.ok(requests.some((r) => typeof r.max_completion_tokens === 'number'))
+})
