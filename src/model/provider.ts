@@ -57,11 +57,11 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
   const headersTimeoutMs = opts.headersTimeoutMs ?? defaults.headersTimeoutMs
   const bodyTimeoutMs = opts.bodyTimeoutMs ?? defaults.bodyTimeoutMs
   const configured = opts.apiKey !== undefined || opts.baseURL !== undefined
-  // What the server was found to refuse, once it refused it (adapted, below): stream_options, and
-  // a user message right after tool results.
+  // What the server was found to refuse, once it refused it (adapted, below): stream_options, a
+  // user message right after tool results, and max_tokens (per model: one server, a gateway or an
+  // Azure resource, also serves models that take it).
   let askUsage = true
   let bridgeToolTurns = false
-  // Per model: one server (a gateway, an Azure resource) serves models that take max_tokens too.
   const completionTokensModels = new Set<string>()
   const dispatcher = new Agent({
     connect: { timeout: connectTimeoutMs },
@@ -109,7 +109,7 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           stream: true, headers, fetchOptions: http.withSignal(signal)
         }).asResponse()
         // A refusal of something the request can do without is adapted to, for this call and the
-        // process's later ones; each at most once, so this ends.
+        // process's later ones; each once, so a call sends at most ADAPTATIONS + 1 requests.
         const adapted = (err: unknown): boolean => {
           // Mistral's API and Azure's "on your data" refuse stream_options (400 or 422, "extra
           // inputs are not permitted"), which failed every run. Their answers then carry no usage,
@@ -136,12 +136,12 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           return false
         }
         let response: Response
-        for (;;) {
+        for (let attempt = 0; ; attempt++) {
           try {
             response = await send()
             break
           } catch (err) {
-            if (!adapted(err)) throw err
+            if (attempt === ADAPTATIONS || !adapted(err)) throw err
           }
         }
         const reader = http.takeBody(response)
@@ -419,6 +419,8 @@ function wrongType(field: string, expected: string, value: unknown): ModelError 
 }
 
 const MAX_REMEMBERED_MODELS = 1000
+/** The refusals a call adapts to (stream_options, a user message after tool results, max_tokens). */
+const ADAPTATIONS = 3
 
 /** OpenAI's 400 for max_tokens sent to a model that takes only max_completion_tokens. */
 function refusesMaxTokens(err: unknown): boolean {
