@@ -69,7 +69,7 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
     async execute(input, ctx) {
       const deadline = timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs)
       const signal = deadline ? AbortSignal.any([ctx.signal, deadline]) : ctx.signal
-      let response: Dispatcher.ResponseData
+      let response: Dispatcher.ResponseData | undefined
       const buffer = new CappedBuffer(maxBytes)
       try {
         response = await request(url, {
@@ -95,6 +95,15 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
             reason: 'bad_answer',
             ...(typeof code === 'string' ? { errno: code } : {})
           }, { retryable: false, cause: err })
+        }
+        if (response !== undefined) {
+          // It answered, and its answer broke off: it was reached and may have done its work.
+          throw new ToolFailure('IO_ERROR', `The webhook at ${url.host} answered HTTP ${response.statusCode}, but its answer was cut off: ${(err as Error).message}`, {
+            url: redacted(url),
+            status: response.statusCode,
+            reason: 'answer_cut',
+            ...(typeof code === 'string' ? { errno: code } : {})
+          }, { cause: err })
         }
         const tls = tlsFailureOf(err)
         if (tls !== undefined) {
@@ -162,6 +171,9 @@ export function createWebhookTool(spec: Omit<WebhookToolSpec, 'type'>, opts: Web
           return [`${name} answered more than ${maxBytes} bytes; call it with narrower arguments if its parameters allow, or go on without it.`]
         case 'IO_ERROR':
           if (reason === 'unreachable') return [`${name}'s server could not be reached; retry once, and if it fails again go on without it and tell the user.`]
+          if (reason === 'answer_cut') {
+            return [`${name} answered, but its answer was cut off, so ${name} may have done its work: check that before calling it again (a second call may repeat it), and tell the user if you cannot.`]
+          }
           if (reason === 'bad_answer') return [`${name}'s server answered with a broken HTTP response, which is a fault of its server; do not retry, go on without it and tell the user.`]
           if (reason === 'tls_error') {
             return [`${name}'s server presented a certificate that is not trusted, or refused the TLS versions and ciphers agentd offers (${String(detail?.['errno'])}; a certificate may be self-signed, expired, from an unknown CA or for another host); a retry fails the same way: do not retry, go on without it and tell the user that the operator must fix the webhook's certificate or its TLS settings.`]

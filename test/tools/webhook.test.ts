@@ -328,3 +328,19 @@ t.test('a webhook answer that opens with a UTF-8 byte order mark is its JSON, no
   const outcome = await runTool(tool, { city: 'Oslo' }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
   t.same(outcome.ok && outcome.result, { temp: 21 })
 })
+
+t.test('a webhook whose answer is cut off after its status is not "unreachable": it was reached and may have done its work', async (t) => {
+  // Before, the cut body was reported as "could not be reached" with advice to retry once: for a
+  // webhook that orders, books or sends, that retry repeats what it already did.
+  const ws = await makeWorkspace()
+  t.teardown(ws.cleanup)
+  const hook = await webhookServer(t, (_body, _req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.write('{"order":"A-1","sta')
+    setImmediate(() => res.destroy())
+  })
+  const tool = createWebhookTool({ name: 'order', description: 'd', parameters: weatherParameters, url: hook.url }, { allowedHosts: ['127.0.0.1'] })
+  const outcome = await runTool(tool, { city: 'Oslo' }, ws.ctx(), { timeoutMs: 5000, maxOutputBytes: 1000 })
+  t.match(outcome, { ok: false, error: { errorType: 'runtime', code: 'IO_ERROR', message: /answered HTTP 200, but its answer was cut off/, detail: { status: 200, reason: 'answer_cut' } } })
+  if (!outcome.ok) t.match(outcome.error.recommendations.join(' '), /may have done its work/)
+})
