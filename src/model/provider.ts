@@ -298,7 +298,22 @@ function completionAsChunk(text: string, chars: number, headers: Headers): ChatC
   const choice = choices[0] as { message?: unknown; finish_reason?: unknown } | undefined
   return {
     id: '', object: 'chat.completion.chunk', created: 0, model: '', usage: usage ?? null,
-    choices: choice ? [{ index: 0, delta: choice.message as ChatCompletionChunk.Choice.Delta, finish_reason: choice.finish_reason as ChatCompletionChunk.Choice['finish_reason'] }] : []
+    choices: choice ? [{ index: 0, delta: wholeCalls(choice.message) as ChatCompletionChunk.Choice.Delta, finish_reason: choice.finish_reason as ChatCompletionChunk.Choice['finish_reason'] }] : []
+  }
+}
+
+/**
+ * A whole message with each tool call given its place as its index: each is a whole call, while
+ * stream fragments without an index or an ID continue the call before them, which joined the
+ * calls of a server that gives neither into one ("fs_listfs_glob").
+ */
+function wholeCalls(message: unknown): unknown {
+  if (typeof message !== 'object' || message === null) return message
+  const calls = (message as { tool_calls?: unknown }).tool_calls
+  if (!Array.isArray(calls)) return message
+  return {
+    ...message,
+    tool_calls: calls.map((call: unknown, i) => (typeof call === 'object' && call !== null && (call as { index?: unknown }).index == null ? { ...call, index: i } : call))
   }
 }
 

@@ -713,3 +713,24 @@ t.test('a model that refuses max_tokens under a name agentd does not know (an Az
   t.equal(refused, 1, 'refused once; later summaries ask for max_completion_tokens at once')
   t.ok(requests.some((r) => typeof r.max_completion_tokens === 'number'))
 })
+
+t.test('a whole completion (no stream) with several tool calls without IDs or indexes runs each of them', async (t) => {
+  // Each entry of a whole message's tool_calls is a whole call. Read as stream fragments without
+  // an index or an ID, each continued the one before: "fs_list" and "fs_glob" became one call
+  // named "fs_listfs_glob", refused as an unknown tool.
+  const { ctx } = await appWith(t, (res, request) => {
+    if (request.messages.at(-1)?.role !== 'user') return textAnswer(res, 'done')
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
+      id: 'c', object: 'chat.completion', created: 0, model: 'm',
+      choices: [{ index: 0, finish_reason: 'tool_calls', message: { role: 'assistant', content: null, tool_calls: [
+        { type: 'function', function: { name: 'fs_list', arguments: '{"path":"."}' } },
+        { type: 'function', function: { name: 'fs_glob', arguments: '{"pattern":"*"}' } }
+      ] } }]
+    }))
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list', 'fs_glob'] })
+  const { run } = await sendAndWait(ctx, sessionId, 'look')
+  t.match(run, { status: 'completed', error: null, steps: 2 })
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.state]), [['fs_list', 'completed'], ['fs_glob', 'completed']])
+})
