@@ -205,6 +205,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
 /** What one model call has answered so far: its tool calls, finish reason and usage, and its size against the bounds. */
 class Answer {
   readonly #calls = new Map<number, { id: string; name: string; arguments: string }>()
+  /** The index of the call each ID names. */
+  readonly #indexOfId = new Map<string, number>()
   #lastIndex = 0
   #finishReason: string | null = null
   #usage: Usage | null = null
@@ -228,10 +230,16 @@ class Answer {
     for (const fragment of delta.toolCalls) {
       // Without an index (some servers leave it out), a fragment continues the last call.
       let index = fragment.index ?? this.#lastIndex
+      // A call sent again whole, with its ID, under another index is that call: LocalAI sends each
+      // call a second time at the next index, and each ran (a write or a command twice). Another
+      // call that shares its ID (a server that gives every call the request's) is still a call.
+      const namedAt = fragment.id ? this.#indexOfId.get(fragment.id) : undefined
+      const named = namedAt === undefined ? undefined : this.#calls.get(namedAt)
+      if (named && namedAt !== index && fragment.name === named.name && fragment.arguments === named.arguments) continue
       let call = this.#calls.get(index)
-      // An ID other than the one its call has starts the next call: servers without an index, and
-      // Gemini's, which streams parallel calls whole, each at index 0 with its own ID.
       if (fragment.id && call?.id && fragment.id !== call.id) {
+        // An ID other than the one its call has starts the next call: servers without an index,
+        // and Gemini's, which streams parallel calls whole, each at index 0 with its own ID.
         index = Math.max(...this.#calls.keys()) + 1
         call = undefined
       }
@@ -239,7 +247,10 @@ class Answer {
         if (this.#calls.size === MAX_TOOL_CALLS) throw tooManyToolCalls()
         call = { id: '', name: '', arguments: '' }
       }
-      if (fragment.id) call.id = fragment.id
+      if (fragment.id) {
+        call.id = fragment.id
+        this.#indexOfId.set(fragment.id, index)
+      }
       // Some servers (Fireworks, MiniMax on NVIDIA NIM) send the whole name again in every
       // fragment of a call: the same name once more is that name, not the next part of it.
       if (fragment.name !== call.name) call.name += fragment.name

@@ -734,3 +734,31 @@ t.test('a whole completion (no stream) with several tool calls without IDs or in
   const events = await eventsOf(ctx, sessionId, run.id)
   t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.state]), [['fs_list', 'completed'], ['fs_glob', 'completed']])
 })
+
+t.test('a call sent again whole under the next index with its ID (LocalAI) runs once', async (t) => {
+  // LocalAI streams a tool call, then the same call, same ID, at the next index. Before, each
+  // index was a call of its own: the tool ran twice, a write or a command repeated.
+  const call = { id: 'LipwoT0puK4tQY6nxW39FNRyvQ6Hrh8p', type: 'function', function: { name: 'fs_write', arguments: '{"path":"a.txt","content":"once"}' } }
+  const { ctx } = await appWith(t, (res, request) => {
+    if (request.messages.at(-1)?.role !== 'user') return textAnswer(res, 'written')
+    streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, ...call }] }), chunk({ tool_calls: [{ index: 1, ...call }] }), chunk({}, 'tool_calls'), '[DONE]')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_write'] })
+  const { run } = await sendAndWait(ctx, sessionId, 'write')
+  t.match(run, { status: 'completed', error: null })
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.same(events.filter((e) => e.type === 'tool:end').map((e) => [e.data.call.name, e.data.call.input, e.data.call.state]), [['fs_write', { path: 'a.txt', content: 'once' }, 'completed']])
+})
+
+t.test('two different calls that share one ID (a server that gives each the request\'s) both run', async (t) => {
+  const call = (path: string) => ({ id: 'chatcmpl-same', type: 'function', function: { name: 'fs_list', arguments: JSON.stringify({ path }) } })
+  const { ctx } = await appWith(t, (res, request) => {
+    if (request.messages.at(-1)?.role !== 'user') return textAnswer(res, 'listed')
+    streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, ...call('.') }] }), chunk({ tool_calls: [{ index: 1, ...call('./') }] }), chunk({}, 'tool_calls'), '[DONE]')
+  })
+  const sessionId = await createSession(ctx, { tools: ['fs_list'] })
+  const { run } = await sendAndWait(ctx, sessionId, 'list')
+  t.match(run, { status: 'completed', error: null })
+  const events = await eventsOf(ctx, sessionId, run.id)
+  t.same(events.filter((e) => e.type === 'tool:end').map((e) => e.data.call.input), [{ path: '.' }, { path: './' }])
+})
