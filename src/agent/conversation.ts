@@ -1,12 +1,25 @@
 import type { ChatCompletionMessageParam } from 'openai/resources/chat/completions'
 import type { MessageRecord, MessageToolCall } from '../store/store.ts'
+import { REASONING } from '../model/types.ts'
+
+/**
+ * The reasoning of the run's own answers, in memory only: the store does not keep it, so an
+ * answer read back from it (a later run) has none.
+ */
+const reasoningOf = new WeakMap<MessageRecord, string>()
+
+/** Keeps an answer's reasoning for the run's later requests (REASONING). */
+export function keepReasoning(message: MessageRecord, reasoning: string): void {
+  reasoningOf.set(message, reasoning)
+}
 
 /** One stored message as a Chat Completions message. */
 export function toChatMessage(message: MessageRecord): ChatCompletionMessageParam {
   if (message.role === 'user') return { role: 'user', content: message.content ?? '' }
   if (message.role === 'tool') return { role: 'tool', tool_call_id: sentCallId(message.toolCallId ?? ''), content: sentResult(message.content) }
   const calls = message.toolCalls ?? []
-  return calls.length > 0
+  const reasoning = reasoningOf.get(message)
+  const sent: ChatCompletionMessageParam = calls.length > 0
     ? {
         role: 'assistant',
         // The blank lines models often write before their calls: gateways to Anthropic's models
@@ -15,6 +28,8 @@ export function toChatMessage(message: MessageRecord): ChatCompletionMessagePara
         tool_calls: calls.map((call) => ({ id: sentCallId(call.id), type: 'function', function: { name: call.name, arguments: sentArguments(call) } }))
       }
     : { role: 'assistant', content: message.content ?? '' }
+  if (reasoning !== undefined) Object.assign(sent, { [REASONING]: reasoning })
+  return sent
 }
 
 /**

@@ -10,6 +10,8 @@ import type { SessionToolSet } from '../tools/tool-set.ts'
 /** What the model answered in one step. */
 export interface ModelAnswer {
   text: string
+  /** The reasoning it streamed before its text or calls ('' when none). */
+  reasoning: string
   toolCalls: Array<{ name: string; arguments: string }>
   usage: Usage | null
   /** The finish_reason the model gave (`stop`, `tool_calls`, `length`, `content_filter`…); null when it gave none ([DONE] alone). */
@@ -73,7 +75,7 @@ export async function callModel(
       }
       span.end({ usage })
       closeBlocks(ctx, step, text, reasoning)
-      return { text: text.value, toolCalls, usage, finishReason }
+      return { text: text.value, reasoning: reasoning.value, toolCalls, usage, finishReason }
     } catch (err) {
       const error = err instanceof ModelError ? err : classifyModelError(err)
       const retrying = !ctx.signal.aborted && !firstTokenSeen && shouldRetry(error, attempt, retryPolicy)

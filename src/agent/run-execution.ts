@@ -4,6 +4,7 @@ import { isSessionGone, type MessageRecord, type MessageToolCall, type RunRecord
 import { classified, classifyException } from '../errors/classified.ts'
 import { ContextWindow } from './context/context-window.ts'
 import { callModel, unfinishedAnswer } from './model-turn.ts'
+import { keepReasoning } from './conversation.ts'
 import { msSince, now, RunContext, RunFailure, type RunDependencies } from './run-context.ts'
 import { closeRun, endRun, type DoneReason } from './run-end.ts'
 import type { RunTrace } from '../telemetry/tracing.ts'
@@ -146,6 +147,7 @@ export class RunExecution {
         content: answer.text.length > 0 ? answer.text : null, createdAt: now()
       }
       if (toolCalls.length > 0) assistant.toolCalls = toolCalls
+      if (answer.reasoning) keepReasoning(assistant, answer.reasoning)
       // An answer cut at the output limit or stopped by a content filter goes on as it came, with a warning.
       const unfinished = unfinishedAnswer(answer)
       // Arguments cut at the output limit are refused to the model as cut, not as its own mistake.

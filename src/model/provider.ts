@@ -8,7 +8,7 @@ import { createDispatcherFetch } from './dispatcher-fetch.ts'
 import { chatRequestJson } from './request-json.ts'
 import { ServerSentEventDecoder, type ServerSentEvent } from './sse.ts'
 import { jsonDepth, MAX_JSON_DEPTH } from '../json-depth.ts'
-import type { ModelCallOptions, ModelError, ModelProvider, ModelRequest, ModelStreamPart } from './types.ts'
+import { REASONING, type ModelCallOptions, type ModelError, type ModelProvider, type ModelRequest, type ModelStreamPart } from './types.ts'
 
 export interface OpenAIProviderOptions {
   apiKey?: string
@@ -63,6 +63,8 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
   let askUsage = true
   let bridgeToolTurns = false
   const completionTokensModels = new Set<string>()
+  // Per model too: DeepSeek's thinking models want their reasoning back with their tool calls.
+  const reasoningBackModels = new Set<string>()
   const dispatcher = new Agent({
     connect: { timeout: connectTimeoutMs },
     headersTimeout: headersTimeoutMs,
@@ -104,8 +106,12 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
         // The SDK sends the request (its headers, auth, base URL) and throws its APIError classes
         // for an error status; the stream is read here. The request's JSON is made here
         // (request-json.ts) and handed to the SDK as it is sent.
+        const adaptedRequest = () => {
+          const bridged = bridgeToolTurns ? withToolTurnsBridged(request) : request
+          return reasoningBackModels.has(request.model) ? withReasoningBack(bridged) : bridged
+        }
         const send = () => client.post('/chat/completions', {
-          body: chatRequestJson(bridgeToolTurns ? withToolTurnsBridged(request) : request, { askUsage, completionTokens: completionTokensModels.has(request.model) }),
+          body: chatRequestJson(adaptedRequest(), { askUsage, completionTokens: completionTokensModels.has(request.model) }),
           stream: true, headers, fetchOptions: http.withSignal(signal)
         }).asResponse()
         // A refusal of something the request can do without is adapted to, for this call and the
@@ -131,6 +137,13 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
             // Names come from sessions: a bounded memory of them.
             if (completionTokensModels.size >= MAX_REMEMBERED_MODELS) completionTokensModels.clear()
             completionTokensModels.add(request.model)
+            return true
+          }
+          // DeepSeek's thinking mode refuses assistant messages with tool calls that lack their
+          // reasoning_content ("Missing `reasoning_content` field"): every step after a call failed.
+          if (!reasoningBackModels.has(request.model) && refusesWithoutReasoning(err)) {
+            if (reasoningBackModels.size >= MAX_REMEMBERED_MODELS) reasoningBackModels.clear()
+            reasoningBackModels.add(request.model)
             return true
           }
           return false
@@ -445,8 +458,26 @@ function wrongType(field: string, expected: string, value: unknown): ModelError 
 }
 
 const MAX_REMEMBERED_MODELS = 1000
-/** The refusals a call adapts to (stream_options, a user message after tool results, max_tokens). */
-const ADAPTATIONS = 3
+/** The refusals a call adapts to (stream_options, a user message after tool results, max_tokens, reasoning). */
+const ADAPTATIONS = 4
+
+/** DeepSeek's 400 for an assistant message with tool calls sent without its reasoning_content. */
+function refusesWithoutReasoning(err: unknown): boolean {
+  return err instanceof APIError && err.status === 400 && /reasoning_content/.test(JSON.stringify(err.error ?? err.message ?? ''))
+}
+
+/**
+ * The request with each assistant message carrying its reasoning as reasoning_content: the run's
+ * own (REASONING), else '' for an answer read back from the store, which does not keep it.
+ */
+function withReasoningBack(request: ModelRequest): ModelRequest {
+  return {
+    ...request,
+    messages: request.messages.map((m) => (m.role === 'assistant'
+      ? { ...m, reasoning_content: (m as { [REASONING]?: string })[REASONING] ?? '' } as ModelRequest['messages'][number]
+      : m))
+  }
+}
 
 /** OpenAI's 400 for max_tokens sent to a model that takes only max_completion_tokens. */
 function refusesMaxTokens(err: unknown): boolean {

@@ -1,6 +1,12 @@
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions'
 import type { ClassifiedError, Usage } from '../schemas/common.ts'
 
+/**
+ * The reasoning a model wrote with an assistant message, kept beside it under this key: JSON
+ * skips symbol keys, so it is sent (as reasoning_content) only to a server that asks for it back.
+ */
+export const REASONING = Symbol('agentd.reasoning')
+
 /** One model call: the whole conversation so far and the tools the model may call. */
 export interface ModelRequest {
   model: string

@@ -762,3 +762,31 @@ t.test('two different calls that share one ID (a server that gives each the requ
   const events = await eventsOf(ctx, sessionId, run.id)
   t.same(events.filter((e) => e.type === 'tool:end').map((e) => e.data.call.input), [{ path: '.' }, { path: './' }])
 })
+
+t.test('a thinking model that wants its reasoning back with its tool calls (DeepSeek) gets it: the run\'s own, else an empty one', async (t) => {
+  // DeepSeek's thinking mode refuses a request whose assistant messages with tool calls lack
+  // reasoning_content (400 "Missing `reasoning_content` field in the assistant message at message
+  // index 2"). Before, every step after a tool call failed, and every later run of the session.
+  let refused = 0
+  const { ctx, requests } = await appWith(t, (res, request) => {
+    const missing = request.messages.findIndex((m) => m.role === 'assistant' && 'tool_calls' in m && !('reasoning_content' in m))
+    if (missing >= 0) {
+      refused++
+      return errorAnswer(res, 400, { error: { message: `Missing \`reasoning_content\` field in the assistant message at message index ${missing}. For more information, please refer to https://api-docs.deepseek.com/guides/thinking_mode#tool-calls`, type: 'invalid_request_error', param: null, code: 'invalid_request_error' } })
+    }
+    if (request.messages.at(-1)?.role === 'user' && request.messages.at(-1)?.content === 'list') {
+      return streamOf(res, chunk({ role: 'assistant', reasoning_content: 'I should list the folder.' }),
+        chunk({ tool_calls: [{ index: 0, id: 'call_00_x', type: 'function', function: { name: 'fs_list', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
+    }
+    textAnswer(res, 'listed')
+  })
+  const sessionId = await createSession(ctx, { model: 'deepseek-v4-pro', tools: ['fs_list'] })
+  for (const content of ['list', 'and now?']) {
+    const { run } = await sendAndWait(ctx, sessionId, content)
+    t.match(run, { status: 'completed', error: null }, content)
+  }
+  t.equal(refused, 1, 'refused once; later requests carry the reasoning at once')
+  const sent = (i: number) => (requests.at(i)?.messages ?? []).find((m) => m.role === 'assistant' && 'tool_calls' in m) as { reasoning_content?: string } | undefined
+  t.equal(sent(-2)?.reasoning_content, 'I should list the folder.', 'within the run, its own reasoning')
+  t.equal(sent(-1)?.reasoning_content, '', 'in a later run, an empty one: the reasoning is not stored')
+})
