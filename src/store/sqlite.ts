@@ -73,6 +73,13 @@ const WAL_PAGES_BACKSTOP = 10_000
  */
 const HEAVY_COMMIT_MS = 4
 const HEAVY_COMMIT_WEIGHT = 20
+/**
+ * The same by what a commit wrote, whatever the host's speed: a commit counts one more for each
+ * this many rows it changed (~10 pages of events; a run's ordinary group commit writes 10-20
+ * rows). Timed alone, a fast host wrote 3 000 events in under HEAVY_COMMIT_MS, so a fork's pieces
+ * counted one each again.
+ */
+const ROWS_PER_COMMIT = 150
 
 /**
  * Events a deleted session loses per write (deleteSession), or events or messages a fork copies
@@ -161,6 +168,7 @@ class HotStatements {
   readonly savepoint: StatementSync
   readonly release: StatementSync
   readonly rollbackTo: StatementSync
+  readonly totalChanges: StatementSync
   readonly insertSession: StatementSync
   readonly insertMessage: StatementSync
   readonly insertRun: StatementSync
@@ -192,6 +200,8 @@ class HotStatements {
     this.savepoint = db.prepare('SAVEPOINT write')
     this.release = db.prepare('RELEASE write')
     this.rollbackTo = db.prepare('ROLLBACK TO write')
+    // Rows changed by the connection so far (inserts, updates and deletes, a trigger's too).
+    this.totalChanges = db.prepare('SELECT total_changes() AS n')
     this.insertSession = db.prepare(INSERT_SESSION)
     this.insertMessage = db.prepare(INSERT_MESSAGE)
     this.insertRun = db.prepare(`INSERT INTO runs (id, session_id, status, request_id, steps, usage, error, message_id, input, created_at,
@@ -274,6 +284,8 @@ export class SqliteStore implements Store {
   readonly #idleCheckpointMs: number
   /** Group commits since the last checkpoint. */
   #sinceCheckpoint = 0
+  /** The connection's total_changes() after the last group commit (#commitWeight). */
+  #totalChanges = 0
   #idleCheckpoint: NodeJS.Timeout | null = null
   /**
    * The newest seq of each session this process has appended to (in the current transaction
@@ -410,7 +422,7 @@ export class SqliteStore implements Store {
       // rolled back and run again with a savepoint around each unit, so only that one fails.
       const started = performance.now()
       if (!this.#applyBatch(batch, false)) this.#applyBatch(batch, true)
-      if (performance.now() - started >= HEAVY_COMMIT_MS) this.#sinceCheckpoint += HEAVY_COMMIT_WEIGHT - 1
+      if (this.#walFile) this.#sinceCheckpoint += this.#commitWeight(performance.now() - started) - 1
     } catch (err) {
       // BEGIN or COMMIT failed (disk full, I/O error): nothing of the batch was committed.
       if (this.#db.isTransaction) this.#db.exec('ROLLBACK')
@@ -428,6 +440,17 @@ export class SqliteStore implements Store {
       else if (this.#idleCheckpoint) this.#idleCheckpoint.refresh()
       else this.#idleCheckpoint = setTimeout(this.#checkpointWhenIdle, this.#idleCheckpointMs).unref()
     }
+  }
+
+  /**
+   * How many commits the group commit just made counts for towards BUSY_CHECKPOINT_COMMITS: one,
+   * or more for one that held the loop (HEAVY_COMMIT_MS) or changed many rows (ROWS_PER_COMMIT).
+   */
+  #commitWeight(ms: number): number {
+    const total = Number((this.#hot.totalChanges.get() as Row).n)
+    const rows = total - this.#totalChanges
+    this.#totalChanges = total
+    return Math.max(ms >= HEAVY_COMMIT_MS ? HEAVY_COMMIT_WEIGHT : 1, Math.ceil(rows / ROWS_PER_COMMIT))
   }
 
   /** Copies the WAL into the database file, unless writes are queued (the next commit re-arms it). */

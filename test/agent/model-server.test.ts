@@ -17,6 +17,30 @@ async function appWith(t: Parameters<typeof buildTestApp>[0], answer: ModelAnswe
 /** No lone surrogate: with the u flag, a pair is one code point and only a lone half is in Cs. */
 const wellFormed = (text: string) => !/\p{Cs}/u.test(text)
 
+/**
+ * An app on a model server answering `answer`, and a session whose one tool is a webhook named
+ * `name` that answers every call with the JSON text `body`.
+ */
+async function withWebhookTool(t: Parameters<typeof buildTestApp>[0], name: string, body: string, answer: ModelAnswer) {
+  const hook = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(body))
+  })
+  hook.listen(0, '127.0.0.1')
+  await once(hook, 'listening')
+  t.teardown(() => {
+    hook.closeAllConnections()
+    hook.close()
+  })
+  const port = (hook.address() as { port: number }).port
+  const server = await startModelServer(t, answer)
+  const ctx = await buildTestApp(t, { app: { model: server.provider }, env: { AGENTD_WEBHOOK_HOSTS: `127.0.0.1:${port}` } })
+  const sessionId = await createSession(ctx, {
+    tools: [{ type: 'webhook', name, description: name, parameters: { type: 'object', properties: {} }, url: `http://127.0.0.1:${port}/${name}` }]
+  })
+  return { ctx, server, sessionId }
+}
+
 async function eventsOf(ctx: TestApp, sessionId: string, runId: string): Promise<StreamedEvent[]> {
   const page = (await ctx.app.inject({ method: 'GET', url: `/v1/sessions/${sessionId}/events?limit=1000`, headers: { accept: 'application/json' } })).json()
   return (page.data as StreamedEvent[]).filter((e) => e.runId === runId)
@@ -474,28 +498,13 @@ t.test('a text tool result holding a lone surrogate (a webhook\'s "\\ud83d" esca
   // Before, the webhook's JSON string kept the lone half in memory, and the next request of the
   // run carried it as a \ud83d escape (a result that is an object is sent as its JSON text, which escapes it): DeepSeek, llama.cpp and other strict parsers refuse that
   // body (400), and the run failed. The store already kept it as U+FFFD, so only this run broke.
-  const hook = createServer((req, res) => {
-    req.resume()
-    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('"cut emoji \\ud83d here"'))
-  })
-  hook.listen(0, '127.0.0.1')
-  await once(hook, 'listening')
-  t.teardown(() => {
-    hook.closeAllConnections()
-    hook.close()
-  })
-  const port = (hook.address() as { port: number }).port
-  const server = await startModelServer(t, (res, request) => {
+  const { ctx, server, sessionId } = await withWebhookTool(t, 'title', '"cut emoji \\ud83d here"', (res, request) => {
     const broken = request.messages.find((m) => typeof m.content === 'string' && !wellFormed(m.content))
     if (broken) return errorAnswer(res, 400, { error: { message: 'Failed to deserialize the JSON body: lone leading surrogate in hex escape', type: 'invalid_request_error' } })
     if (request.messages.at(-1)?.role === 'user') {
       return streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'title', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
     }
     textAnswer(res, 'read it')
-  })
-  const ctx = await buildTestApp(t, { app: { model: server.provider }, env: { AGENTD_WEBHOOK_HOSTS: `127.0.0.1:${port}` } })
-  const sessionId = await createSession(ctx, {
-    tools: [{ type: 'webhook', name: 'title', description: 'the title', parameters: { type: 'object', properties: {} }, url: `http://127.0.0.1:${port}/title` }]
   })
   const { run, message } = await sendAndWait(ctx, sessionId, 'title?')
   t.match(run, { status: 'completed', error: null })
@@ -630,18 +639,7 @@ t.test('an empty tool result goes to the model as words saying so: gateways to A
   // blocks must be non-empty" (or "must contain non-whitespace text") for an empty tool message,
   // such as an MCP tool's empty content or a webhook's "". Before, the run failed, and so did
   // every later run of the session, whose history held the empty result.
-  const hook = createServer((req, res) => {
-    req.resume()
-    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('"  "'))
-  })
-  hook.listen(0, '127.0.0.1')
-  await once(hook, 'listening')
-  t.teardown(() => {
-    hook.closeAllConnections()
-    hook.close()
-  })
-  const port = (hook.address() as { port: number }).port
-  const server = await startModelServer(t, (res, request) => {
+  const { ctx, server, sessionId } = await withWebhookTool(t, 'mark', '"  "', (res, request) => {
     if (request.messages.some((m) => m.role === 'tool' && typeof m.content === 'string' && m.content.trim() === '')) {
       return errorAnswer(res, 400, { error: { message: 'litellm.BadRequestError: AnthropicException - messages: text content blocks must contain non-whitespace text', type: 'invalid_request_error', code: 400 } })
     }
@@ -649,10 +647,6 @@ t.test('an empty tool result goes to the model as words saying so: gateways to A
       return streamOf(res, chunk({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'mark', arguments: '{}' } }] }), chunk({}, 'tool_calls'), '[DONE]')
     }
     textAnswer(res, 'marked')
-  })
-  const ctx = await buildTestApp(t, { app: { model: server.provider }, env: { AGENTD_WEBHOOK_HOSTS: `127.0.0.1:${port}` } })
-  const sessionId = await createSession(ctx, {
-    tools: [{ type: 'webhook', name: 'mark', description: 'marks', parameters: { type: 'object', properties: {} }, url: `http://127.0.0.1:${port}/mark` }]
   })
   const { run, message } = await sendAndWait(ctx, sessionId, 'mark it')
   t.match(run, { status: 'completed', error: null })
