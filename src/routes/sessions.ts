@@ -82,6 +82,11 @@ export const sessionRoutes: FastifyPluginAsyncTypebox = async (app) => {
       throw validationError(err.problems.map((p) => ({ field: `body.${p.field}`, message: p.message, keyword: 'tools' })),
         `Invalid tools: ${err.message}`)
     })
+    const unguarded = app.agentd.tools.approvalProblems(body.approval, tools)
+    if (unguarded.length > 0) {
+      throw validationError(unguarded.map((p) => ({ field: `body.${p.field}`, message: p.message, keyword: 'tools' })),
+        `Invalid approval: ${unguarded.map((p) => `${p.field} ${p.message}`).join('; ')}`)
+    }
     const now = new Date().toISOString()
     const record: SessionRecord = {
       id: newId('ses'),

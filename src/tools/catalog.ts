@@ -133,6 +133,27 @@ export class ToolCatalog {
     return selection
   }
 
+  /**
+   * The entries of a new session's `approval.tools` that no tool of a session on this server can
+   * answer to: not a built-in, not one of the session's own client or webhook tools, not a tool
+   * of a configured MCP server, and not a pattern (`fs_*`, `github__*`). Such an entry is a typo
+   * (`fs_writ`) and, taken as it was, left the tool it meant running without approval. A built-in
+   * the session did not select is a name a client's policy may hold, and is taken.
+   */
+  approvalProblems(approval: { mode: string; tools?: string[] } | undefined, selection: Array<string | ToolSpec> | null): ToolSelectionProblem[] {
+    if (approval?.mode !== 'tools' || !approval.tools?.length) return []
+    const own = (selection ?? []).flatMap((item) => (typeof item === 'string' ? [] : [item.name]))
+    const server = this.registry.names()
+    const known = new Set([...server, ...own])
+    const problems: ToolSelectionProblem[] = []
+    approval.tools.forEach((name, i) => {
+      if (name.endsWith('*') || known.has(name) || this.#mcp?.serverOf(name) !== undefined) return
+      const offered = `this server offers ${server.join(', ') || 'no tools'}${own.length > 0 ? `, the session brings ${own.join(', ')}` : ''}`
+      problems.push({ field: `approval.tools[${i}]`, message: `unknown tool ${name}; ${offered}` })
+    })
+    return problems
+  }
+
   /** The tools of one session, as its runs offer them to the model. */
   async resolve(session: SessionRecord): Promise<SessionToolSet> {
     // A stored selection was valid when the session was created; a later change (a webhook host

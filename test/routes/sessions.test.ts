@@ -37,6 +37,25 @@ t.test('creating a session', async (t) => {
     t.same(res.json().tools, [])
   })
 
+  t.test('refuses an approval naming a tool no session of this server can have: a typo would leave the tool meant unguarded', async (t) => {
+    const typo = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'tools', tools: ['fs_read', 'fs_writ'] } } })
+    t.equal(typo.statusCode, 400)
+    t.equal(typo.json().error.code, 'VALIDATION_ERROR')
+    t.match(typo.json().error.details.fields, [{ field: 'body.approval.tools[1]', keyword: 'tools' }], 'names the entry')
+    t.match(typo.json().error.message, /fs_writ/)
+    // A session's own client or webhook tool, a pattern and a built-in it did not select are names a policy may hold.
+    const ask = { type: 'client', name: 'ask_user', description: 'Ask the user', parameters: { type: 'object' } }
+    const fine = await app.inject({
+      method: 'POST', url: '/v1/sessions', payload: { tools: ['fs_read', ask], approval: { mode: 'tools', tools: ['ask_user', 'fs_wr*', 'fs_write'] } }
+    })
+    t.equal(fine.statusCode, 201)
+    t.same(fine.json().approval.tools, ['ask_user', 'fs_wr*', 'fs_write'])
+    const otherSession = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'tools', tools: ['ask_user'] } } })
+    t.equal(otherSession.statusCode, 400, "another session's client tool is not one of this session's")
+    const notTools = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { approval: { mode: 'always', tools: ['anything'] } } })
+    t.equal(notTools.statusCode, 201, 'the names matter only in tools mode')
+  })
+
   t.test('refuses an unknown tool name with a 400 naming it', async (t) => {
     const res = await app.inject({ method: 'POST', url: '/v1/sessions', payload: { tools: ['fs_read', 'rm_rf'] } })
     t.equal(res.statusCode, 400)
