@@ -134,16 +134,13 @@ export function createOpenAIProvider(opts: OpenAIProviderOptions = {}): ModelPro
           // A reasoning model under a name request-json.ts cannot tell (an Azure deployment, a
           // gateway's alias) refuses max_tokens, which only summaries send: each failed.
           if (!completionTokensModels.has(request.model) && request.maxTokens !== undefined && refusesMaxTokens(err)) {
-            // Names come from sessions: a bounded memory of them.
-            if (completionTokensModels.size >= MAX_REMEMBERED_MODELS) completionTokensModels.clear()
-            completionTokensModels.add(request.model)
+            remember(completionTokensModels, request.model)
             return true
           }
           // DeepSeek's thinking mode refuses assistant messages with tool calls that lack their
           // reasoning_content ("Missing `reasoning_content` field"): every step after a call failed.
           if (!reasoningBackModels.has(request.model) && refusesWithoutReasoning(err)) {
-            if (reasoningBackModels.size >= MAX_REMEMBERED_MODELS) reasoningBackModels.clear()
-            reasoningBackModels.add(request.model)
+            remember(reasoningBackModels, request.model)
             return true
           }
           return false
@@ -458,12 +455,26 @@ function wrongType(field: string, expected: string, value: unknown): ModelError 
 }
 
 const MAX_REMEMBERED_MODELS = 1000
+
+/** Adds a model to a set of those found to need an adaptation: names come from sessions, so the memory is bounded. */
+function remember(models: Set<string>, model: string): void {
+  if (models.size >= MAX_REMEMBERED_MODELS) models.clear()
+  models.add(model)
+}
+
+/**
+ * The error body of a refusal with one of `statuses` (the server refused the request as sent),
+ * as text to look for what it refused in; null for any other failure.
+ */
+function refusalText(err: unknown, statuses: readonly number[] = [400]): string | null {
+  return err instanceof APIError && err.status !== undefined && statuses.includes(err.status) ? JSON.stringify(err.error ?? err.message ?? '') : null
+}
 /** The refusals a call adapts to (stream_options, a user message after tool results, max_tokens, reasoning). */
 const ADAPTATIONS = 4
 
 /** DeepSeek's 400 for an assistant message with tool calls sent without its reasoning_content. */
 function refusesWithoutReasoning(err: unknown): boolean {
-  return err instanceof APIError && err.status === 400 && /reasoning_content/.test(JSON.stringify(err.error ?? err.message ?? ''))
+  return refusalText(err)?.includes('reasoning_content') ?? false
 }
 
 /**
@@ -481,13 +492,13 @@ function withReasoningBack(request: ModelRequest): ModelRequest {
 
 /** OpenAI's 400 for max_tokens sent to a model that takes only max_completion_tokens. */
 function refusesMaxTokens(err: unknown): boolean {
-  if (!(err instanceof APIError) || err.status !== 400) return false
-  return err.param === 'max_tokens' || JSON.stringify(err.error ?? err.message ?? '').includes('max_completion_tokens')
+  const text = refusalText(err)
+  return text !== null && ((err as APIError).param === 'max_tokens' || text.includes('max_completion_tokens'))
 }
 
 /** Mistral's 400 for a user message right after a tool message. */
 function refusesUserAfterTool(err: unknown): boolean {
-  return err instanceof APIError && err.status === 400 && /unexpected role '?user'? after role '?tool'?/i.test(JSON.stringify(err.error ?? err.message ?? ''))
+  return /unexpected role '?user'? after role '?tool'?/i.test(refusalText(err) ?? '')
 }
 
 /**
@@ -510,8 +521,7 @@ const TOOL_TURN_BRIDGE = '(The run ended after these tool results, before I answ
 
 /** A 400 or 422 whose error names stream_options: a server that does not take the field. */
 function refusesStreamOptions(err: unknown): boolean {
-  if (!(err instanceof APIError) || (err.status !== 400 && err.status !== 422)) return false
-  return JSON.stringify(err.error ?? err.message ?? '').includes('stream_options')
+  return refusalText(err, [400, 422])?.includes('stream_options') ?? false
 }
 
 function isTimeoutReason(reason: unknown): boolean {
