@@ -143,13 +143,12 @@ export class ToolCatalog {
   approvalProblems(approval: { mode: string; tools?: string[] } | undefined, selection: Array<string | ToolSpec> | null): ToolSelectionProblem[] {
     if (approval?.mode !== 'tools' || !approval.tools?.length) return []
     const own = (selection ?? []).flatMap((item) => (typeof item === 'string' ? [] : [item.name]))
-    const server = this.registry.names()
-    const known = new Set([...server, ...own])
+    const known = new Set([...this.registry.names(), ...own])
     const problems: ToolSelectionProblem[] = []
     approval.tools.forEach((name, i) => {
       if (name.endsWith('*') || known.has(name) || this.#mcp?.serverOf(name) !== undefined) return
-      const offered = `this server offers ${server.join(', ') || 'no tools'}${own.length > 0 ? `, the session brings ${own.join(', ')}` : ''}`
-      problems.push({ field: `approval.tools[${i}]`, message: `unknown tool ${name}; ${offered}` })
+      const brought = own.length > 0 ? `, the session brings ${own.join(', ')}` : ''
+      problems.push({ field: `approval.tools[${i}]`, message: `unknown tool ${name}; ${this.registry.offered()}${brought}` })
     })
     return problems
   }

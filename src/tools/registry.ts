@@ -111,6 +111,11 @@ export class ToolRegistry {
     return this.all().map((tool) => tool.name)
   }
 
+  /** What a problem naming an unknown tool tells the client it could name instead. */
+  offered(): string {
+    return `this server offers ${this.names().join(', ') || 'no tools'}`
+  }
+
   /** Every server tool, as GET /v1/tools shows it. */
   list(): ToolInfo[] {
     return this.all().map(describeTool)
@@ -161,7 +166,7 @@ export class ToolRegistry {
       const dynamic = this.dynamic?.select(item)
       if (dynamic && 'tools' in dynamic) return dynamic
       if (dynamic) return { problem: { field, message: dynamic.problem } }
-      return { problem: { field, message: `unknown tool ${item}; this server offers ${this.names().join(', ') || 'no tools'}` } }
+      return { problem: { field, message: `unknown tool ${item}; ${this.offered()}` } }
     }
     try {
       if (Value.Check(WebhookToolSpecSchema, item)) return { tools: [createWebhookTool(item, this.webhook)] }
